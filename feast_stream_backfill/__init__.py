@@ -1,0 +1,30 @@
+"""Backfill what a Flink job would have written to Redis, and when.
+
+The core (this package minus :mod:`feast_stream_backfill.feast`) works on plain Spark
+DataFrames and knows nothing of Feast. Data flows one way::
+
+    records -> processing_time -> watermarks -> windows/triggers -> emission log
+            -> (training join | online state)
+"""
+
+from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.backfill import Backfill, StreamJob, backfill
+from feast_stream_backfill.errors import BadArchiveError
+from feast_stream_backfill.processing_time import ProcessingTimeModel
+from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.watermarks import WatermarkStrategy
+from feast_stream_backfill.windows import TumblingWindows
+
+__all__ = [
+    "Aggregation",
+    "ArchivedTopic",
+    "Backfill",
+    "BadArchiveError",
+    "EventTimeTrigger",
+    "ProcessingTimeModel",
+    "StreamJob",
+    "TumblingWindows",
+    "WatermarkStrategy",
+    "backfill",
+]

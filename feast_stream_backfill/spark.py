@@ -1,0 +1,56 @@
+"""The Spark session: local and embedded by default, any cluster through configuration."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+#: Where `jars/pom.xml` copies Delta's JVM jars (`mvn dependency:copy-dependencies`).
+JARS_DIR = Path(
+    os.environ.get("FSB_JARS_DIR", Path(__file__).resolve().parent.parent / "jars" / "lib")
+)
+
+DEFAULT_CONF: dict[str, str] = {
+    "spark.master": "local[*]",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+def delta_jars() -> list[str]:
+    """Delta's jars fetched by Maven; empty when they are not there (then Ivy resolves them)."""
+    return sorted(glob.glob(str(JARS_DIR / "*.jar")))
+
+
+def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
+    """The active session, or a new one from ``DEFAULT_CONF`` overridden by ``conf``.
+
+    ``conf`` is Feast's ``spark_conf``: set ``spark.master`` to run on a cluster.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    jars = delta_jars()
+    if "spark.jars" not in settings and "spark.jars.packages" not in settings:
+        if jars:
+            settings["spark.jars"] = ",".join(jars)
+        else:
+            settings["spark.jars.packages"] = "io.delta:delta-spark_4.2_2.13:4.4.0"
+    builder = SparkSession.builder.appName("feast-stream-backfill")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

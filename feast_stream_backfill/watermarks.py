@@ -1,0 +1,128 @@
+"""When does the job's watermark pass a given event time? (SEMANTICS section 2)
+
+Flink's bounded-out-of-orderness generator gives each partition ``p`` the watermark
+``maxEt_p - B - 1 ms``; the source combines partitions by MIN, so the combined watermark
+reaches ``x`` at the first moment *every* partition has seen an event time ``>= x + B + 1``:
+
+    first(W >= x) = MAX over partitions of (first record of p with et >= x + B + 1)
+
+That needs no per-record watermark: for each target ``x`` (a window's ``maxTs``) one
+descending sweep per partition finds that record, and the result, one row per target, is
+small enough to broadcast.
+
+Moments are *positions* in the global processing order ``(time, phase, topic, partition,
+offset)``: a record is at ``(pt, 0, topic, partition, offset)``; a periodic watermark tick at
+``t`` is at ``(t, 1, ...)``, after every record of the same millisecond. A record is processed
+before a watermark iff its position is ``<=`` the watermark's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from feast_stream_backfill.processing_time import PROCESSING_TIME
+from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
+
+POSITION, TARGET, REACHED = "_pos", "_target", "_reached"
+
+
+def position(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
+    return F.struct(
+        time.alias("time"),
+        F.lit(phase).alias("phase"),
+        topic.alias("topic"),
+        partition.alias("partition"),
+        offset.alias("offset"),
+    )
+
+
+def record_position() -> Column:
+    """Where a record stands in the global processing order."""
+    return position(F.col(PROCESSING_TIME), 0, F.col(TOPIC), F.col(PARTITION), F.col(OFFSET))
+
+
+def tick_position(time: Column) -> Column:
+    """A periodic watermark tick: after every record of the same millisecond."""
+    return position(time, 1, F.lit(""), F.lit(0), F.lit(0).cast("long"))
+
+
+@dataclass(frozen=True)
+class WatermarkStrategy:
+    """Flink's ``forBoundedOutOfOrderness(B)`` with ``pipeline.auto-watermark-interval`` I.
+
+    ``emission="periodic"`` emits on the timer's ticks (Flink's default generator);
+    ``"on_event"`` after every record. Ticks are at multiples of ``interval_ms`` since the epoch.
+    """
+
+    out_of_orderness_ms: int = 0
+    interval_ms: int = 200
+    emission: Literal["periodic", "on_event"] = "periodic"
+
+    def __post_init__(self) -> None:
+        if self.out_of_orderness_ms < 0 or self.interval_ms < 0:
+            raise ValueError(f"watermark bounds must be >= 0, got {self}")
+        if self.emission not in ("periodic", "on_event"):
+            raise ValueError(f"emission must be 'periodic' or 'on_event', got {self.emission!r}")
+        if self.emission == "periodic" and self.interval_ms == 0:
+            raise ValueError("periodic watermarks need interval_ms > 0 (0 turns the timer off)")
+
+    def emitted_at(self, reached: Column) -> Column:
+        """The position of the first watermark reflecting the record at ``reached``."""
+        if self.emission == "on_event":
+            return reached
+        time = reached["time"]
+        tick = F.ceil(time / F.lit(self.interval_ms)).cast("long") * self.interval_ms
+        return tick_position(tick)
+
+
+def watermark_reaches(
+    records: DataFrame, targets: DataFrame, strategy: WatermarkStrategy
+) -> DataFrame:
+    """For each ``_target`` (epoch ms), ``_pos``: the first watermark with ``W >= _target``.
+
+    ``records`` are the distinct records of every source partition, with ``_pt``. Targets the
+    watermark never reaches before the archive ends are absent (a live job has not fired them
+    yet). A partition without any record holds the watermark back forever, as in Flink.
+    """
+    partitions = records.select(TOPIC, PARTITION).distinct()
+    n_partitions = partitions.count()
+    threshold = F.col(TARGET) + strategy.out_of_orderness_ms + 1
+    sweep = records.select(
+        TOPIC,
+        PARTITION,
+        F.col(EVENT_TIME).alias("_value"),
+        F.lit(0).alias("_kind"),
+        F.lit(None).cast("long").alias(TARGET),
+        record_position().alias(POSITION),
+    ).unionByName(
+        targets.select(TARGET)
+        .distinct()
+        .crossJoin(F.broadcast(partitions))
+        .select(
+            TOPIC,
+            PARTITION,
+            threshold.alias("_value"),
+            F.lit(1).alias("_kind"),
+            TARGET,
+            F.when(F.lit(False), tick_position(F.lit(0).cast("long"))).alias(POSITION),
+        ),
+        allowMissingColumns=False,
+    )
+    # Descending event time, records before a target of equal value: the running MIN of
+    # positions is the first record (in processing order) whose event time reaches it.
+    descending = Window.partitionBy(TOPIC, PARTITION).orderBy(F.desc("_value"), "_kind")
+    reached = (
+        sweep.withColumn(
+            REACHED,
+            F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0)),
+        )
+        .where(F.col("_kind") == 1)
+        .groupBy(TARGET)
+        .agg(F.count(REACHED).alias("_partitions"), F.max(REACHED).alias(REACHED))
+        .where(F.col("_partitions") == n_partitions)
+    )
+    return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))

@@ -1,0 +1,131 @@
+"""SEMANTICS sections 2-4 on one small archive, every expectation computed by hand.
+
+Two partitions, tumbling 10 ms windows, B = 0 (a partition's watermark is maxEt - 1 ms), so
+window [0, 10) (maxTs 9) fires once EVERY partition has seen an event time >= 10:
+
+    p0: offsets 0..3, et  1,  4, 12, 25 -> pt  1,  4, 12, 25
+    p1: offsets 0..3, et  2, 30, 31,  7 -> pt  2, 30, 31, 31
+
+p0 reaches 10 at pt 12, but slow p1 only at pt 30: MIN across partitions holds the firing
+back to 30. Window [10, 20) needs et >= 20: p0 at 25, p1 at 30 -> also 30. Windows [20, 30)
+and [30, 40) need et >= 30 / 40 in p0, which never comes: they never fire.
+"""
+
+from datetime import datetime, timezone
+
+import pytest
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    EventTimeTrigger,
+    StreamJob,
+    TumblingWindows,
+    WatermarkStrategy,
+    backfill,
+)
+
+ROWS = [
+    (0, 0, 1, "a", 1.0), (0, 1, 4, "a", 2.0), (0, 2, 12, "a", 4.0), (0, 3, 25, "a", 8.0),
+    (1, 0, 2, "a", 16.0), (1, 1, 30, "b", 32.0), (1, 2, 31, "b", 64.0), (1, 3, 7, "a", 128.0),
+]
+
+
+def ms(t: int) -> datetime:
+    """Epoch ms as Spark collects it: a naive UTC datetime."""
+    return datetime.fromtimestamp(t / 1000, tz=timezone.utc).replace(tzinfo=None)
+
+
+def run(make_archive, rows=ROWS, **job):
+    topic = ArchivedTopic("clicks", dataframe=make_archive(rows))
+    spec = StreamJob(
+        topics=[topic],
+        keys=["user"],
+        window=TumblingWindows(size_ms=10),
+        aggregations=[
+            Aggregation("amount", "sum", "amount_sum"),
+            Aggregation("amount", "max", "amount_max"),
+        ],
+        **{"watermark": WatermarkStrategy(interval_ms=10), **job},
+    )
+    result = backfill(make_archive([]).sparkSession, spec)
+    emissions = [
+        (r.user, r.window_start, r.window_end, r.emit_time, r.emit_sequence, r.firing,
+         r.record_count, r.amount_sum)
+        for r in result.emissions.orderBy("user", "emit_time", "emit_sequence").collect()
+    ]
+    dropped = [tuple(r) for r in result.dropped.orderBy("user", "window_start").collect()]
+    return emissions, dropped, result.stats
+
+
+def test_slow_partition_holds_back_firing_and_late_record_is_dropped(make_archive):
+    emissions, dropped, stats = run(make_archive)
+    assert emissions == [
+        # Both windows fire on the tick at 30; timers fire in maxTs order.
+        ("a", ms(0), ms(10), ms(30), 0, "on_time", 3, 1.0 + 2.0 + 16.0),
+        ("a", ms(10), ms(20), ms(30), 1, "on_time", 1, 4.0),
+    ]
+    # et 7 read at pt 31, after window [0, 10) fired at 30: dropped, and counted.
+    assert dropped == [("a", ms(0), ms(10), 1)]
+    assert stats == {
+        "records_read": 8, "duplicates_removed": 0, "records_on_time": 4,
+        "records_late": 0, "records_dropped": 1, "records_pending": 3,
+    }
+
+
+def test_record_at_the_ticks_millisecond_comes_before_the_tick(make_archive):
+    # p1's et-7 record moved to offset 1 and et 30 to offset 2: both read at pt 30, the
+    # instant of the tick that fires [0, 10). The record is processed first: not late.
+    rows = [r for r in ROWS if r[0] == 0] + [
+        (1, 0, 2, "a", 16.0), (1, 1, 30, "b", 32.0), (1, 2, 7, "a", 128.0),
+    ]
+    emissions, dropped, _ = run(make_archive, rows)
+    assert emissions[0] == ("a", ms(0), ms(10), ms(30), 0, "on_time", 4, 147.0)
+    assert dropped == []
+
+
+def test_periodic_watermark_waits_for_the_next_tick(make_archive):
+    # With Flink's default 200 ms interval the watermark reflecting pt 30 is emitted at
+    # tick 200, so the record read at pt 31 is still in time.
+    emissions, dropped, _ = run(make_archive, watermark=WatermarkStrategy(interval_ms=200))
+    assert [e[3] for e in emissions] == [ms(200), ms(200)]
+    assert emissions[0][6:] == (4, 147.0)
+    assert dropped == []
+
+
+def test_on_event_watermark_fires_right_after_the_record(make_archive):
+    emissions, dropped, _ = run(
+        make_archive, watermark=WatermarkStrategy(interval_ms=200, emission="on_event")
+    )
+    assert [e[3] for e in emissions] == [ms(30), ms(30)]
+    assert dropped == [("a", ms(0), ms(10), 1)]
+
+
+def test_allowed_lateness_fires_late_and_accumulates(make_archive):
+    # L = 25: [0, 10) is cleaned up only when W >= 9 + 25 = 34, which never happens, so the
+    # record read at pt 31 fires the window again at once, with all four records.
+    emissions, dropped, stats = run(make_archive, trigger=EventTimeTrigger(allowed_lateness_ms=25))
+    assert emissions == [
+        ("a", ms(0), ms(10), ms(30), 0, "on_time", 3, 19.0),
+        ("a", ms(10), ms(20), ms(30), 1, "on_time", 1, 4.0),
+        ("a", ms(0), ms(10), ms(31), 0, "late", 4, 147.0),
+    ]
+    assert dropped == []
+    assert stats["records_late"] == 1
+
+
+def test_operator_delay_shifts_emit_time(make_archive):
+    emissions, _, _ = run(make_archive, operator_delay_ms=3)
+    assert [e[3] for e in emissions] == [ms(33), ms(33)]
+
+
+def test_duplicates_count_once(make_archive):
+    emissions, _, stats = run(make_archive, ROWS + [ROWS[0], ROWS[4]])
+    assert stats["records_read"] == 10 and stats["duplicates_removed"] == 2
+    assert emissions[0][6:] == (3, 19.0)
+
+
+@pytest.mark.parametrize("interval", [0, -1])
+def test_periodic_watermark_needs_a_positive_interval(interval):
+    with pytest.raises(ValueError):
+        WatermarkStrategy(interval_ms=interval)
