@@ -26,8 +26,14 @@ from feast_stream_backfill import (
 )
 
 ROWS = [
-    (0, 0, 1, "a", 1.0), (0, 1, 4, "a", 2.0), (0, 2, 12, "a", 4.0), (0, 3, 25, "a", 8.0),
-    (1, 0, 2, "a", 16.0), (1, 1, 30, "b", 32.0), (1, 2, 31, "b", 64.0), (1, 3, 7, "a", 128.0),
+    (0, 0, 1, "a", 1.0),
+    (0, 1, 4, "a", 2.0),
+    (0, 2, 12, "a", 4.0),
+    (0, 3, 25, "a", 8.0),
+    (1, 0, 2, "a", 16.0),
+    (1, 1, 30, "b", 32.0),
+    (1, 2, 31, "b", 64.0),
+    (1, 3, 7, "a", 128.0),
 ]
 
 
@@ -50,8 +56,16 @@ def run(make_archive, rows=ROWS, **job):
     )
     result = backfill(make_archive([]).sparkSession, spec)
     emissions = [
-        (r.user, r.window_start, r.window_end, r.emit_time, r.emit_sequence, r.firing,
-         r.record_count, r.amount_sum)
+        (
+            r.user,
+            r.window_start,
+            r.window_end,
+            r.emit_time,
+            r.emit_sequence,
+            r.firing,
+            r.record_count,
+            r.amount_sum,
+        )
         for r in result.emissions.orderBy("user", "emit_time", "emit_sequence").collect()
     ]
     dropped = [tuple(r) for r in result.dropped.orderBy("user", "window_start").collect()]
@@ -68,8 +82,12 @@ def test_slow_partition_holds_back_firing_and_late_record_is_dropped(make_archiv
     # et 7 read at pt 31, after window [0, 10) fired at 30: dropped, and counted.
     assert dropped == [("a", ms(0), ms(10), 1)]
     assert stats == {
-        "records_read": 8, "duplicates_removed": 0, "records_on_time": 4,
-        "records_late": 0, "records_dropped": 1, "records_pending": 3,
+        "records_read": 8,
+        "duplicates_removed": 0,
+        "records_on_time": 4,
+        "records_late": 0,
+        "records_dropped": 1,
+        "records_pending": 3,
     }
 
 
@@ -77,7 +95,9 @@ def test_record_at_the_ticks_millisecond_comes_before_the_tick(make_archive):
     # p1's et-7 record moved to offset 1 and et 30 to offset 2: both read at pt 30, the
     # instant of the tick that fires [0, 10). The record is processed first: not late.
     rows = [r for r in ROWS if r[0] == 0] + [
-        (1, 0, 2, "a", 16.0), (1, 1, 30, "b", 32.0), (1, 2, 7, "a", 128.0),
+        (1, 0, 2, "a", 16.0),
+        (1, 1, 30, "b", 32.0),
+        (1, 2, 7, "a", 128.0),
     ]
     emissions, dropped, _ = run(make_archive, rows)
     assert emissions[0] == ("a", ms(0), ms(10), ms(30), 0, "on_time", 4, 147.0)

@@ -1,6 +1,5 @@
 """SEMANTICS section 1: inferred processing time, hand-computed."""
 
-from pyspark.sql import functions as F
 
 from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
 from feast_stream_backfill.records import ArchivedTopic, read_records
@@ -37,7 +36,9 @@ def test_ranks_not_offsets_and_partitions_are_independent(spark):
     rows = [(0, 0, 100, "u", 1.0), (0, 50, 100, "u", 1.0), (1, 7, 5, "v", 1.0)]
     model = ProcessingTimeModel(min_gap_ms=10)
     assert processing_times(spark, rows, model) == [
-        (0, 0, 100, False), (0, 50, 110, False), (1, 7, 5, False),
+        (0, 0, 100, False),
+        (0, 50, 110, False),
+        (1, 7, 5, False),
     ]
 
 
