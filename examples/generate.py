@@ -95,7 +95,7 @@ def archive_frame(
     start: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc),
     records_per_second: float = 200.0,
 ) -> DataFrame:
-    """The archive as a lazy DataFrame (see the module docstring); ``generate_archive`` writes it."""
+    """The archive as a lazy DataFrame (see the module docstring), unwritten."""
     if n_records < 1 or n_partitions < 1 or n_users < 1 or records_per_second <= 0:
         raise ValueError("n_records, n_partitions, n_users and records_per_second must be > 0")
     start_ms = _epoch_ms(start)
@@ -105,15 +105,16 @@ def archive_frame(
     span_ms = per_partition * step_ms
     # The quiet partition: its records come faster, with a gap of QUIET_FRACTION of the span in
     # the middle, so that it covers the same span as the others.
-    quiet_records = n_records // n_partitions + (1 if QUIET_PARTITION < n_records % n_partitions
-                                                 else 0)
+    quiet_records = n_records // n_partitions + (
+        1 if QUIET_PARTITION < n_records % n_partitions else 0
+    )
     quiet_step_ms = step_ms * (1.0 - QUIET_FRACTION)
     quiet_gap_ms = span_ms * QUIET_FRACTION
     quiet_from = quiet_records // 2
 
     df = spark.range(0, n_records, 1, _slices(spark, n_records))
     partition = (F.col("id") % F.lit(n_partitions)).cast("int")
-    offset = F.col("id") // F.lit(n_partitions)
+    offset = F.floor(F.col("id") / F.lit(n_partitions)).cast("long")
     df = df.select("id", partition.alias("partition"), offset.alias("offset"))
 
     is_quiet = F.col("partition") == F.lit(QUIET_PARTITION)
@@ -130,11 +131,14 @@ def archive_frame(
         F.floor(-F.log(_uniform(seed, _DELAY)) * F.lit(MEAN_DELAY_MS)), F.lit(float(MAX_DELAY_MS))
     )
     late_delay = F.floor(
-        F.lit(float(LATE_MIN_MS)) + _uniform(seed, _LATE_BY) * F.lit(float(LATE_MAX_MS - LATE_MIN_MS))
+        F.lit(float(LATE_MIN_MS))
+        + _uniform(seed, _LATE_BY) * F.lit(float(LATE_MAX_MS - LATE_MIN_MS))
     )
-    delay_ms = F.when(_uniform(seed, _LATE) < F.lit(LATE_FRACTION), late_delay).otherwise(
-        small_delay
-    ).cast("long")
+    delay_ms = (
+        F.when(_uniform(seed, _LATE) < F.lit(LATE_FRACTION), late_delay)
+        .otherwise(small_delay)
+        .cast("long")
+    )
 
     user = _user_id(_zipf_index(_uniform(seed, _USER), n_users), n_users)
     # Box-Muller normal, then a lognormal amount rounded to cents.
@@ -145,16 +149,16 @@ def archive_frame(
         F.round(F.lit(AMOUNT_MEDIAN) * F.exp(F.lit(AMOUNT_SIGMA) * normal), 2), F.lit(0.01)
     )
 
-    records = df.select(
-        "id",
+    # A duplicated record is exploded into two identical rows (all columns are functions of id).
+    copies = F.when(_uniform(seed, _DUP) < F.lit(DUPLICATE_FRACTION), 2).otherwise(1)
+    return df.select(
         "partition",
         "offset",
         F.timestamp_millis(arrival_ms - delay_ms).alias("event_time"),
         user.alias("user_id"),
         amount.cast("double").alias("amount"),
-    )
-    duplicates = records.where(_uniform(seed, _DUP) < F.lit(DUPLICATE_FRACTION))
-    return records.unionByName(duplicates).drop("id")
+        F.explode(F.sequence(F.lit(1), copies)).alias("_copy"),
+    ).drop("_copy")
 
 
 def generate_archive(
@@ -168,9 +172,7 @@ def generate_archive(
     records_per_second: float = 200.0,
 ) -> None:
     """Write the archived topic ``transactions`` to the Delta table at ``path`` (overwrite)."""
-    df = archive_frame(
-        spark, n_records, n_partitions, n_users, seed, start, records_per_second
-    )
+    df = archive_frame(spark, n_records, n_partitions, n_users, seed, start, records_per_second)
     _write(df, path)
 
 
@@ -182,6 +184,13 @@ def generate_predictions(
     Users follow the archive's Zipf skew (over the archive's user-id range, so they overlap its
     users); timestamps are uniform over the archive's event-time span, read with one aggregate.
     """
+    _write(predictions_frame(spark, archive_path, n_rows, seed), path)
+
+
+def predictions_frame(
+    spark: SparkSession, archive_path: str, n_rows: int = 100_000, seed: int = 11
+) -> DataFrame:
+    """The prediction events as a DataFrame, unwritten (after one aggregate over the archive)."""
     if n_rows < 1:
         raise ValueError("n_rows must be > 0")
     bounds = (
@@ -204,11 +213,10 @@ def generate_predictions(
     df = spark.range(0, n_rows, 1, _slices(spark, n_rows))
     index = _zipf_index(_uniform(seed, _PRED_USER), n_users)
     ts_ms = F.lit(lo) + F.floor(_uniform(seed, _PRED_TIME) * F.lit(float(hi - lo + 1))).cast("long")
-    out = df.select(
+    return df.select(
         F.concat(F.lit("u"), F.lpad(index.cast("string"), width, "0")).alias("user_id"),
         F.timestamp_millis(F.least(ts_ms, F.lit(hi))).alias("event_timestamp"),
     )
-    _write(out, path)
 
 
 def _write(df: DataFrame, path: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     if active is not None:
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must be this interpreter, which has this package and Feast installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {**DEFAULT_CONF, **(conf or {})}
     jars = delta_jars()
     if "spark.jars" not in settings and "spark.jars.packages" not in settings:

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
+
 import pytest
+import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -23,3 +29,36 @@ def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFr
 @pytest.fixture
 def make_archive(spark):
     return lambda rows, key="user": archive(spark, rows, key)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A real redis-server on a free loopback port, for the whole session: ``host:port``."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed: run scripts/setup.sh (installs Debian's)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on 127.0.0.1:{port}")
+            time.sleep(0.05)
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)

@@ -1,0 +1,117 @@
+"""A Flink job declared with ordinary Feast objects, read back as a :class:`StreamJob`.
+
+What Feast already models is taken from Feast: the archive is the ``KafkaSource``'s
+``batch_source`` (a Delta ``FileSource``), the out-of-orderness bound B its
+``watermark_delay_threshold``, the window and functions the ``StreamFeatureView``'s
+``aggregations``, the key its entities. What Feast has no field for (processing-time delays,
+watermark interval and emission, allowed lateness, operator delay, partition and offset
+columns) travels in tags, which survive ``feast apply`` and the registry: no side files.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from feast import StreamFeatureView
+
+from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.backfill import StreamJob
+from feast_stream_backfill.processing_time import ProcessingTimeModel
+from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.watermarks import WatermarkStrategy
+from feast_stream_backfill.windows import TumblingWindows
+
+PREFIX = "stream_backfill."
+
+
+def _ms(duration: timedelta) -> str:
+    return str(round(duration.total_seconds() * 1000))
+
+
+def backfill_tags(
+    *,
+    allowed_lateness: timedelta = timedelta(0),
+    watermark_interval: timedelta = timedelta(milliseconds=200),
+    watermark_emission: str = "periodic",
+    min_gap: timedelta = timedelta(0),
+    min_delay: timedelta = timedelta(0),
+    operator_delay: timedelta = timedelta(0),
+) -> dict[str, str]:
+    """Tags for a ``StreamFeatureView``: the job options Feast has no field for."""
+    return {
+        PREFIX + "allowed_lateness_ms": _ms(allowed_lateness),
+        PREFIX + "watermark_interval_ms": _ms(watermark_interval),
+        PREFIX + "watermark_emission": watermark_emission,
+        PREFIX + "min_gap_ms": _ms(min_gap),
+        PREFIX + "min_delay_ms": _ms(min_delay),
+        PREFIX + "operator_delay_ms": _ms(operator_delay),
+    }
+
+
+def archive_tags(
+    *, partition_column: str = "partition", offset_column: str = "offset"
+) -> dict[str, str]:
+    """Tags for the archive's ``FileSource``: where Kafka's partition and offset are."""
+    return {PREFIX + "partition_column": partition_column, PREFIX + "offset_column": offset_column}
+
+
+def resolve_path(path: str, repo_path: Path | str | None) -> str:
+    """Feast's convention: a relative source path is relative to the feature repo."""
+    if "://" in path or Path(path).is_absolute() or repo_path is None:
+        return path
+    return str(Path(repo_path) / path)
+
+
+def feature_names(view: StreamFeatureView) -> list[str]:
+    return [a.resolved_name(a.time_window) for a in view.aggregations]
+
+
+def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> StreamJob:
+    """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing."""
+    where = f"stream feature view {view.name!r}"
+    if not view.aggregations:
+        raise ValueError(f"{where}: declare the window with `aggregations`")
+    windows = {(a.time_window, a.slide_interval or a.time_window) for a in view.aggregations}
+    if len(windows) != 1:
+        raise ValueError(f"{where}: all aggregations of one job share one window, got {windows}")
+    size, slide = windows.pop()
+    if not size or slide != size:
+        raise ValueError(f"{where}: only tumbling windows (slide_interval == time_window) so far")
+    source, archive = view.stream_source, view.batch_source
+    if source is None or archive is None or not getattr(archive, "path", None):
+        raise ValueError(f"{where}: its KafkaSource needs a batch_source FileSource (the archive)")
+    tags = {**archive.tags, **source.tags, **view.tags}
+
+    def option(name: str, default: str) -> str:
+        return tags.get(PREFIX + name, default)
+
+    def ms(name: str, default: int = 0) -> int:
+        return int(option(name + "_ms", str(default)))
+
+    topic = ArchivedTopic(
+        name=getattr(source.kafka_options, "topic", None) or source.name,
+        path=resolve_path(archive.path, repo_path),
+        partition_col=option("partition_column", "partition"),
+        offset_col=option("offset_column", "offset"),
+        timestamp_col=archive.timestamp_field or source.timestamp_field,
+    )
+    bound = source.kafka_options.watermark_delay_threshold or timedelta(0)
+    return StreamJob(
+        topics=[topic],
+        keys=[e.name for e in view.entity_columns],
+        window=TumblingWindows(size_ms=round(size.total_seconds() * 1000)),
+        aggregations=[
+            Aggregation(a.column, a.function, name)
+            for a, name in zip(view.aggregations, feature_names(view), strict=True)
+        ],
+        trigger=EventTimeTrigger(allowed_lateness_ms=ms("allowed_lateness")),
+        watermark=WatermarkStrategy(
+            out_of_orderness_ms=round(bound.total_seconds() * 1000),
+            interval_ms=ms("watermark_interval", 200),
+            emission=option("watermark_emission", "periodic"),  # type: ignore[arg-type]
+        ),
+        processing_time=ProcessingTimeModel(ms("min_gap"), ms("min_delay")),
+        operator_delay_ms=ms("operator_delay"),
+    )

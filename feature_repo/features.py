@@ -1,0 +1,67 @@
+"""A Flink job declared as Feast objects: 5-minute spend per user, from archived transactions.
+
+The Flink job this mirrors::
+
+    env.fromSource(kafka("transactions"),
+                   WatermarkStrategy.forBoundedOutOfOrderness(Duration.ofSeconds(5)), ...)
+       .keyBy(t -> t.userId)
+       .window(TumblingEventTimeWindows.of(Duration.ofMinutes(5)))
+       .aggregate(sum, count, mean, max of amount)      // default trigger, no lateness
+       .sinkTo(redis)
+"""
+
+from datetime import timedelta
+
+from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
+from feast.aggregation import Aggregation
+from feast.data_format import DeltaFormat, JsonFormat
+from feast.types import Float64, Int64, String
+
+from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
+
+user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
+
+# The archive: every record of the Kafka topic, as a Delta table.
+transactions_archive = FileSource(
+    name="transactions_archive",
+    path="data/archive/transactions",
+    file_format=DeltaFormat(),
+    timestamp_field="event_time",
+    tags=archive_tags(partition_column="partition", offset_column="offset"),
+)
+
+transactions = KafkaSource(
+    name="transactions",
+    topic="transactions",
+    kafka_bootstrap_servers="localhost:9092",
+    message_format=JsonFormat(
+        schema_json="user_id string, amount double, event_time timestamp"
+    ),
+    timestamp_field="event_time",
+    batch_source=transactions_archive,
+    watermark_delay_threshold=timedelta(seconds=5),
+)
+
+WINDOW = timedelta(minutes=5)
+
+user_spend_5m = StreamFeatureView(
+    name="user_spend_5m",
+    source=transactions,
+    entities=[user],
+    ttl=timedelta(hours=1),
+    schema=[
+        Field(name="user_id", dtype=String),
+        Field(name="spend_5m", dtype=Float64),
+        Field(name="transactions_5m", dtype=Int64),
+        Field(name="mean_amount_5m", dtype=Float64),
+        Field(name="max_amount_5m", dtype=Float64),
+    ],
+    aggregations=[
+        Aggregation(column="amount", function="sum", time_window=WINDOW, name="spend_5m"),
+        Aggregation(column="amount", function="count", time_window=WINDOW, name="transactions_5m"),
+        Aggregation(column="amount", function="mean", time_window=WINDOW, name="mean_amount_5m"),
+        Aggregation(column="amount", function="max", time_window=WINDOW, name="max_amount_5m"),
+    ],
+    timestamp_field="event_time",
+    tags=backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+)

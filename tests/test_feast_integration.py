@@ -1,0 +1,113 @@
+"""The plugin through Feast's own commands, against a real redis-server.
+
+Archive (B = 5 s, 5-minute windows, 200 ms watermark ticks, D1 = D2 = 0)::
+
+    p0: u1 10:00:10 $10, u1 10:01:00 $20, u1 10:04:59 $5, u2 10:05:30 $7, u1 10:10:30 $1
+    p1: u2 10:02:00 $3,  u1 10:06:00 $4,  u2 10:10:10 $2
+
+Window [10:00, 10:05) fires when every partition has seen et >= 10:04:59.999 + 5 s + 1 ms
+= 10:05:05: p0 at 10:05:30, p1 at 10:06:00, so on the tick at 10:06:00. [10:05, 10:10)
+needs 10:10:05: p0 at 10:10:30, p1 at 10:10:10 -> 10:10:30. [10:10, 10:15) never fires.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import redis
+from feast import FeatureStore
+from pyspark.sql import functions as F
+
+REPO = Path(__file__).resolve().parent.parent / "feature_repo"
+FEAST = str(Path(sys.executable).parent / "feast")
+FEATURES = ["user_spend_5m:spend_5m", "user_spend_5m:transactions_5m", "user_spend_5m:max_amount_5m"]
+
+ARCHIVE = [
+    (0, 0, "10:00:10", "u1", 10.0), (0, 1, "10:01:00", "u1", 20.0), (0, 2, "10:04:59", "u1", 5.0),
+    (0, 3, "10:05:30", "u2", 7.0), (0, 4, "10:10:30", "u1", 1.0),
+    (1, 0, "10:02:00", "u2", 3.0), (1, 1, "10:06:00", "u1", 4.0), (1, 2, "10:10:10", "u2", 2.0),
+]
+
+
+def t(hms: str) -> datetime:
+    return datetime.fromisoformat(f"2026-01-01T{hms}+00:00")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, spark, redis_server):
+    path = tmp_path_factory.mktemp("feature_repo")
+    for name in ("feature_store.yaml", "features.py"):
+        shutil.copy(REPO / name, path / name)
+    rows = [(p, o, f"2026-01-01 {hms}", u, a) for p, o, hms, u, a in ARCHIVE]
+    spark.createDataFrame(rows, "partition int, offset long, ts string, user_id string, amount double") \
+        .withColumn("event_time", F.to_timestamp("ts")).drop("ts") \
+        .write.format("delta").save(str(path / "data/archive/transactions"))
+    os.environ["FSB_REDIS"] = redis_server
+    feast("apply", cwd=path)
+    return path
+
+
+def feast(*args: str, cwd: Path) -> str:
+    done = subprocess.run([FEAST, *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ}, timeout=600)
+    assert done.returncode == 0, f"feast {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def online(repo, users):
+    store = FeatureStore(repo_path=str(repo))
+    return store.get_online_features(FEATURES, [{"user_id": u} for u in users]).to_dict()
+
+
+def redis_content(address: str) -> dict:
+    host, port = address.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    return {k: client.hgetall(k) for k in sorted(client.keys())}
+
+
+def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
+    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00", cwd=repo)
+    result = online(repo, ["u1", "u2", "u3"])
+    assert result["spend_5m"] == [35.0, 3.0, None]
+    assert result["transactions_5m"] == [3, 1, None]
+    assert result["max_amount_5m"] == [20.0, 3.0, None]
+
+    before = redis_content(redis_server)
+    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00", cwd=repo)
+    assert redis_content(redis_server) == before, "a rerun must leave Redis as it was"
+
+    # Continues from 10:08: window [10:05, 10:10) fired at 10:10:30.
+    feast("materialize-incremental", "2026-01-01T10:20:00", cwd=repo)
+    assert online(repo, ["u1", "u2"])["spend_5m"] == [4.0, 7.0]
+
+
+def test_training_rows_see_a_window_only_once_it_fired(repo):
+    entity_df = pd.DataFrame({
+        "user_id": ["u1", "u1", "u1", "u1", "u2", "u3"],
+        "event_timestamp": [t("10:05:00"), t("10:06:00"), t("10:10:29"), t("10:10:30"),
+                            t("11:30:00"), t("10:07:00")],
+        "label": [1, 0, 1, 0, 1, 0],
+    })
+    store = FeatureStore(repo_path=str(repo))
+    df = store.get_historical_features(entity_df=entity_df, features=FEATURES).to_df()
+    assert list(df["label"]) == [1, 0, 1, 0, 1, 0], "rows keep their order and extra columns"
+    # 10:05:00 is the window's end: an event-time join would show $35; Flink had not fired.
+    # u2 at 11:30: the last value (10:10:30) is older than the view's 1 h ttl.
+    spend = [None if pd.isna(v) else v for v in df["spend_5m"]]
+    assert spend == [None, 35.0, 35.0, 4.0, None, None]
+
+
+def test_materialize_against_a_dead_redis_fails_clearly(repo, tmp_path):
+    dead = repo / "feature_store.yaml"
+    env = {**os.environ, "FSB_REDIS": "127.0.0.1:1"}
+    done = subprocess.run([FEAST, "materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00"],
+                          cwd=dead.parent, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode != 0
+    assert "cannot reach the online store at '127.0.0.1:1'" in done.stdout + done.stderr
