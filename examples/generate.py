@@ -12,8 +12,8 @@ real traffic, with the awkward parts a backfill has to get right:
   the records severely late (2-20 minutes);
 * Zipf-skewed keys: user index ``floor(n_users ** u) - 1`` for ``u`` uniform in ``[0, 1)``, so
   ``P(k) = log((k + 2) / (k + 1)) / log(n_users)`` (the hottest user has ~6% at 50k users);
-* partition 3 goes quiet for ~10% of the time span in the middle (its offsets stay contiguous,
-  its arrival times jump over the gap);
+* partition 3 goes quiet for ~10% of the time span in the middle: its offsets stay contiguous,
+  its arrival times jump over the gap (its records come 10% faster, so it ends with the others);
 * ~0.1% of the records archived twice: exact duplicate rows, on top of the ``n_records``.
 
 Everything is computed by Spark from ``spark.range``: every pseudo-random number is a function of

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -27,12 +27,21 @@ from pyspark.sql import functions as F
 
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 FEAST = str(Path(sys.executable).parent / "feast")
-FEATURES = ["user_spend_5m:spend_5m", "user_spend_5m:transactions_5m", "user_spend_5m:max_amount_5m"]
+FEATURES = [
+    "user_spend_5m:spend_5m",
+    "user_spend_5m:transactions_5m",
+    "user_spend_5m:max_amount_5m",
+]
 
 ARCHIVE = [
-    (0, 0, "10:00:10", "u1", 10.0), (0, 1, "10:01:00", "u1", 20.0), (0, 2, "10:04:59", "u1", 5.0),
-    (0, 3, "10:05:30", "u2", 7.0), (0, 4, "10:10:30", "u1", 1.0),
-    (1, 0, "10:02:00", "u2", 3.0), (1, 1, "10:06:00", "u1", 4.0), (1, 2, "10:10:10", "u2", 2.0),
+    (0, 0, "10:00:10", "u1", 10.0),
+    (0, 1, "10:01:00", "u1", 20.0),
+    (0, 2, "10:04:59", "u1", 5.0),
+    (0, 3, "10:05:30", "u2", 7.0),
+    (0, 4, "10:10:30", "u1", 1.0),
+    (1, 0, "10:02:00", "u2", 3.0),
+    (1, 1, "10:06:00", "u1", 4.0),
+    (1, 2, "10:10:10", "u2", 2.0),
 ]
 
 
@@ -46,17 +55,20 @@ def repo(tmp_path_factory, spark, redis_server):
     for name in ("feature_store.yaml", "features.py"):
         shutil.copy(REPO / name, path / name)
     rows = [(p, o, f"2026-01-01 {hms}", u, a) for p, o, hms, u, a in ARCHIVE]
-    spark.createDataFrame(rows, "partition int, offset long, ts string, user_id string, amount double") \
-        .withColumn("event_time", F.to_timestamp("ts")).drop("ts") \
-        .write.format("delta").save(str(path / "data/archive/transactions"))
+    spark.createDataFrame(
+        rows, "partition int, offset long, ts string, user_id string, amount double"
+    ).withColumn("event_time", F.to_timestamp("ts")).drop("ts").write.format("delta").save(
+        str(path / "data/archive/transactions")
+    )
     os.environ["FSB_REDIS"] = redis_server
     feast("apply", cwd=path)
     return path
 
 
 def feast(*args: str, cwd: Path) -> str:
-    done = subprocess.run([FEAST, *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ}, timeout=600)
+    done = subprocess.run(
+        [FEAST, *args], cwd=cwd, capture_output=True, text=True, env={**os.environ}, timeout=600
+    )
     assert done.returncode == 0, f"feast {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -89,12 +101,20 @@ def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
 
 
 def test_training_rows_see_a_window_only_once_it_fired(repo):
-    entity_df = pd.DataFrame({
-        "user_id": ["u1", "u1", "u1", "u1", "u2", "u3"],
-        "event_timestamp": [t("10:05:00"), t("10:06:00"), t("10:10:29"), t("10:10:30"),
-                            t("11:30:00"), t("10:07:00")],
-        "label": [1, 0, 1, 0, 1, 0],
-    })
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["u1", "u1", "u1", "u1", "u2", "u3"],
+            "event_timestamp": [
+                t("10:05:00"),
+                t("10:06:00"),
+                t("10:10:29"),
+                t("10:10:30"),
+                t("11:30:00"),
+                t("10:07:00"),
+            ],
+            "label": [1, 0, 1, 0, 1, 0],
+        }
+    )
     store = FeatureStore(repo_path=str(repo))
     df = store.get_historical_features(entity_df=entity_df, features=FEATURES).to_df()
     assert list(df["label"]) == [1, 0, 1, 0, 1, 0], "rows keep their order and extra columns"
@@ -107,7 +127,13 @@ def test_training_rows_see_a_window_only_once_it_fired(repo):
 def test_materialize_against_a_dead_redis_fails_clearly(repo, tmp_path):
     dead = repo / "feature_store.yaml"
     env = {**os.environ, "FSB_REDIS": "127.0.0.1:1"}
-    done = subprocess.run([FEAST, "materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00"],
-                          cwd=dead.parent, capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [FEAST, "materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00"],
+        cwd=dead.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode != 0
     assert "cannot reach the online store at '127.0.0.1:1'" in done.stdout + done.stderr

@@ -1,15 +1,14 @@
 """SEMANTICS section 1: inferred processing time, hand-computed."""
 
-
 from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
 from feast_stream_backfill.records import ArchivedTopic, read_records
+from tests.conftest import archive
 
 SEED_ET = [10, 7, 11, 12, 15, 9]
 
 
-def processing_times(spark, rows, model=ProcessingTimeModel()):
-    from tests.conftest import archive
-
+def processing_times(spark, rows, model: ProcessingTimeModel | None = None):
+    model = model or ProcessingTimeModel()
     topic = ArchivedTopic("t", dataframe=archive(spark, rows))
     timed = with_processing_time(read_records(spark, topic), model)
     return [

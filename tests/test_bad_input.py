@@ -1,0 +1,81 @@
+"""Bad archives are refused with a message naming the table and the column."""
+
+import pytest
+from pyspark.sql import functions as F
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    BadArchiveError,
+    StreamJob,
+    TumblingWindows,
+    backfill,
+)
+
+GOOD = [(0, 0, 1000, "a", 1.0), (0, 1, 2000, "a", 2.0)]
+
+
+def job_on(topic: ArchivedTopic) -> StreamJob:
+    return StreamJob(
+        topics=[topic],
+        keys=["user"],
+        window=TumblingWindows(size_ms=1000),
+        aggregations=[Aggregation("amount", "sum", "amount_sum")],
+    )
+
+
+def refused(spark, df_or_path, match: str) -> None:
+    if isinstance(df_or_path, str):
+        topic = ArchivedTopic("payments", path=df_or_path)
+    else:
+        topic = ArchivedTopic("payments", dataframe=df_or_path)
+    with pytest.raises(BadArchiveError, match=match):
+        backfill(spark, job_on(topic))
+
+
+def test_missing_partition_column_is_named(spark, make_archive, tmp_path):
+    path = str(tmp_path / "payments")
+    make_archive(GOOD).drop("partition").write.format("delta").save(path)
+    refused(
+        spark, path, rf"archived topic 'payments' \({path}\): missing column\(s\) \['partition'\]"
+    )
+
+
+def test_missing_key_or_aggregated_column_is_named(spark, make_archive):
+    refused(spark, make_archive(GOOD).drop("amount"), r"missing column\(s\) \['amount'\]")
+
+
+def test_null_timestamps_are_counted_and_named(spark, make_archive):
+    df = make_archive(GOOD).withColumn(
+        "event_time", F.when(F.col("offset") == 1, None).otherwise(F.col("event_time"))
+    )
+    refused(spark, df, r"1 null value\(s\) in column 'event_time' \(of 2 records\)")
+
+
+def test_null_offsets_are_named(spark, make_archive):
+    df = make_archive(GOOD).withColumn("offset", F.lit(None).cast("long"))
+    refused(spark, df, r"2 null value\(s\) in column 'offset'")
+
+
+def test_naive_timestamps_are_refused(spark, make_archive):
+    df = make_archive(GOOD).withColumn("event_time", F.col("event_time").cast("timestamp_ntz"))
+    refused(spark, df, r"column 'event_time' is a naive TIMESTAMP_NTZ")
+
+
+def test_empty_archive_is_refused(spark, make_archive, tmp_path):
+    path = str(tmp_path / "empty")
+    make_archive(GOOD).limit(0).write.format("delta").save(path)
+    refused(spark, path, r"the archive is empty")
+
+
+def test_not_a_delta_table_is_refused(spark, tmp_path):
+    refused(spark, str(tmp_path / "nowhere"), r"cannot read it as a Delta table")
+
+
+def test_same_offset_with_different_content_is_refused(spark, make_archive):
+    df = make_archive([*GOOD, (0, 1, 2000, "a", 99.0)])
+    refused(
+        spark,
+        df,
+        r"1 record\(s\) archived twice with different content, e\.g\. partition 0 offset 1",
+    )
