@@ -1,0 +1,99 @@
+"""Backfill throughput against the plain-Spark floor, in one run on the same data.
+
+The floor is the least any backfill must do: read the archive, take the running max of
+event time per partition (the processing time), group by key and window. Both write to
+Spark's ``noop`` sink, so only computing is timed. The plugin's time includes its
+validation pass, duplicate handling, watermark timeline and dropped-record accounting.
+
+    .venv/bin/python -m bench.backfill_bench --sizes 1000000 4000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from examples.generate import generate_archive
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    StreamJob,
+    TumblingWindows,
+    WatermarkStrategy,
+    backfill,
+)
+from feast_stream_backfill.spark import get_spark
+
+AGGREGATIONS = [Aggregation("amount", f, f"amount_{f}") for f in ("sum", "count", "mean", "max")]
+
+
+def best_of(repeat: int, run, spark, path: str) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run(spark, path)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def floor(spark, path: str) -> None:
+    records = spark.read.format("delta").load(path)
+    by_offset = (
+        Window.partitionBy("partition")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    timed_records = records.withColumn("pt", F.max("event_time").over(by_offset))
+    window = F.window("event_time", "5 minutes")
+    aggregated = timed_records.groupBy("user_id", window).agg(
+        F.max("pt").alias("pt"),
+        *[F.expr(f"{a.function.replace('mean', 'avg')}(amount)") for a in AGGREGATIONS],
+    )
+    aggregated.write.format("noop").mode("overwrite").save()
+
+
+def plugin(spark, path: str) -> None:
+    job = StreamJob(
+        topics=[ArchivedTopic("transactions", path=path)],
+        keys=["user_id"],
+        window=TumblingWindows(size_ms=5 * 60_000),
+        aggregations=AGGREGATIONS,
+        watermark=WatermarkStrategy(out_of_orderness_ms=5_000),
+    )
+    result = backfill(spark, job)
+    result.emissions.write.format("noop").mode("overwrite").save()
+    result.dropped.write.format("noop").mode("overwrite").save()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 4_000_000])
+    parser.add_argument("--repeat", type=int, default=2, help="best of N runs")
+    args = parser.parse_args()
+    spark = get_spark()
+    print(
+        f"spark {spark.version}, master {spark.sparkContext.master}, "
+        f"{spark.sparkContext.defaultParallelism} cores"
+    )
+    print(f"{'records':>10} {'plugin s':>9} {'records/s':>10} {'floor s':>8} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in args.sizes:
+            path = str(Path(tmp) / f"archive_{n}")
+            generate_archive(spark, path, n_records=n)
+            floor(spark, path)  # warm-up: JIT, file listing
+            best_floor = best_of(args.repeat, floor, spark, path)
+            best_plugin = best_of(args.repeat, plugin, spark, path)
+            print(
+                f"{n:>10,} {best_plugin:>9.1f} {n / best_plugin:>10,.0f} {best_floor:>8.1f} "
+                f"{best_plugin / best_floor:>6.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

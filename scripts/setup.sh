@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the project needs, idempotently: Debian's redis-server, a virtualenv with the
+# pinned Python packages, and Delta's JVM jars from Maven Central (into jars/lib, git-ignored).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v redis-server >/dev/null; then
+  echo "Installing redis-server (Debian)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server >/dev/null
+fi
+command -v java >/dev/null || { echo "Java 17+ is needed by Spark" >&2; exit 1; }
+
+stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "Installing Python packages into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[test]"
+  rm -f .venv/.installed-*; touch "$stamp"
+fi
+
+if ! ls jars/lib/delta-spark_*.jar >/dev/null 2>&1; then
+  echo "Fetching Delta Lake's jars from Maven Central"
+  mvn -q -B -f jars/pom.xml dependency:copy-dependencies
+fi
