@@ -68,6 +68,7 @@ def plugin(spark, path: str) -> None:
     result = backfill(spark, job)
     result.emissions.write.format("noop").mode("overwrite").save()
     result.dropped.write.format("noop").mode("overwrite").save()
+    result.release()  # or the next run would read this one's cached processing times
 
 
 def main() -> None:

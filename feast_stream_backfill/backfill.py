@@ -77,14 +77,23 @@ class Backfill:
     emissions: DataFrame
     dropped: DataFrame
     stats: dict[str, int]
+    cached: list[DataFrame] = field(default_factory=list, repr=False)
 
-    def write(self, emissions_path: str, dropped_path: str | None = None) -> None:
-        """Overwrite Delta tables in one transaction each: a rerun gives the same tables."""
-        for df, path in ((self.emissions, emissions_path), (self.dropped, dropped_path)):
+    def release(self) -> None:
+        """Free the intermediate results kept for the computation (after writing)."""
+        for df in self.cached:
+            df.unpersist()
+
+    def write(
+        self, emissions_path: str, dropped_path: str | None = None, metadata: str = ""
+    ) -> None:
+        """Overwrite Delta tables in one transaction each (a rerun gives the same tables),
+        with ``metadata`` as the commits' ``userMetadata``; then :meth:`release`."""
+        for df, path in ((self.dropped, dropped_path), (self.emissions, emissions_path)):
             if path:
-                df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(
-                    path
-                )
+                writer = df.write.format("delta").mode("overwrite")
+                writer.option("overwriteSchema", "true").option("userMetadata", metadata).save(path)
+        self.release()
 
 
 def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
@@ -142,4 +151,4 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         "duplicates_removed": counts["duplicates_removed"],
         **{f"records_{s}": by_status.get(s, 0) for s in (ON_TIME, LATE, DROPPED, PENDING)},
     }
-    return Backfill(emissions=emissions, dropped=dropped, stats=stats)
+    return Backfill(emissions=emissions, dropped=dropped, stats=stats, cached=[timed, timeline])

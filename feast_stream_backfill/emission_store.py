@@ -48,8 +48,5 @@ def ensure_emission_log(spark: SparkSession, job: StreamJob, path: str) -> DataF
     if current is None or stored is None or stored.get("fingerprint") != current:
         result = backfill(spark, job)
         metadata = json.dumps({"fingerprint": current, "stats": result.stats})
-        for df, target in ((result.dropped, path + "_dropped"), (result.emissions, path)):
-            df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(
-                "userMetadata", metadata
-            ).save(target)
+        result.write(path, path + "_dropped", metadata)
     return spark.read.format("delta").load(path)

@@ -34,9 +34,7 @@ transactions = KafkaSource(
     name="transactions",
     topic="transactions",
     kafka_bootstrap_servers="localhost:9092",
-    message_format=JsonFormat(
-        schema_json="user_id string, amount double, event_time timestamp"
-    ),
+    message_format=JsonFormat(schema_json="user_id string, amount double, event_time timestamp"),
     timestamp_field="event_time",
     batch_source=transactions_archive,
     watermark_delay_threshold=timedelta(seconds=5),

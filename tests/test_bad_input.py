@@ -33,11 +33,12 @@ def refused(spark, df_or_path, match: str) -> None:
         backfill(spark, job_on(topic))
 
 
-def test_missing_partition_column_is_named(spark, make_archive, tmp_path):
+@pytest.mark.parametrize("column", ["partition", "offset", "event_time"])
+def test_missing_kafka_column_is_named_with_the_table(spark, make_archive, tmp_path, column):
     path = str(tmp_path / "payments")
-    make_archive(GOOD).drop("partition").write.format("delta").save(path)
+    make_archive(GOOD).drop(column).write.format("delta").save(path)
     refused(
-        spark, path, rf"archived topic 'payments' \({path}\): missing column\(s\) \['partition'\]"
+        spark, path, rf"archived topic 'payments' \({path}\): missing column\(s\) \['{column}'\]"
     )
 
 

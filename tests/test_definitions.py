@@ -1,0 +1,91 @@
+"""Feast objects -> StreamJob, after the registry's proto round trip (what `feast apply` keeps)."""
+
+from datetime import timedelta
+
+import pytest
+from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
+from feast.aggregation import Aggregation as FeastAggregation
+from feast.data_format import DeltaFormat, JsonFormat
+from feast.types import Float64, String
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    EventTimeTrigger,
+    ProcessingTimeModel,
+    StreamJob,
+    TumblingWindows,
+    WatermarkStrategy,
+)
+from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, stream_job
+
+
+def view(aggregations, tags=None) -> StreamFeatureView:
+    archive = FileSource(
+        name="clicks_archive",
+        path="data/clicks",
+        file_format=DeltaFormat(),
+        timestamp_field="ts",
+        tags=archive_tags(partition_column="p", offset_column="o"),
+    )
+    source = KafkaSource(
+        name="clicks",
+        topic="clicks_topic",
+        kafka_bootstrap_servers="k:9092",
+        message_format=JsonFormat(schema_json="user_id string, amount double"),
+        timestamp_field="ts",
+        batch_source=archive,
+        watermark_delay_threshold=timedelta(seconds=5),
+    )
+    sfv = StreamFeatureView(
+        name="clicks_5m",
+        source=source,
+        entities=[Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)],
+        schema=[Field(name="user_id", dtype=String), Field(name="spend", dtype=Float64)],
+        aggregations=aggregations,
+        timestamp_field="ts",
+        tags=tags or {},
+    )
+    return StreamFeatureView.from_proto(sfv.to_proto(), skip_udf=True)
+
+
+def test_a_declared_view_becomes_the_job_it_declares():
+    tags = backfill_tags(
+        allowed_lateness=timedelta(seconds=30),
+        watermark_interval=timedelta(milliseconds=50),
+        watermark_emission="on_event",
+        min_gap=timedelta(milliseconds=1),
+        min_delay=timedelta(milliseconds=20),
+        operator_delay=timedelta(milliseconds=3),
+    )
+    window = timedelta(minutes=5)
+    aggregations = [
+        FeastAggregation(column="amount", function="sum", time_window=window, name="spend"),
+        FeastAggregation(column="amount", function="max", time_window=window),
+    ]
+    assert stream_job(view(aggregations, tags), "/repo") == StreamJob(
+        topics=[ArchivedTopic("clicks_topic", "/repo/data/clicks", "p", "o", "ts")],
+        keys=["user_id"],
+        window=TumblingWindows(size_ms=300_000),
+        aggregations=[
+            Aggregation("amount", "sum", "spend"),
+            Aggregation("amount", "max", "max_amount_300s"),
+        ],
+        trigger=EventTimeTrigger(allowed_lateness_ms=30_000),
+        watermark=WatermarkStrategy(out_of_orderness_ms=5_000, interval_ms=50, emission="on_event"),
+        processing_time=ProcessingTimeModel(min_gap_ms=1, min_delay_ms=20),
+        operator_delay_ms=3,
+    )
+
+
+def test_sliding_windows_are_refused_with_the_reason():
+    sliding = [
+        FeastAggregation(
+            column="amount",
+            function="sum",
+            time_window=timedelta(minutes=5),
+            slide_interval=timedelta(minutes=1),
+        )
+    ]
+    with pytest.raises(ValueError, match="only tumbling windows"):
+        stream_job(view(sliding))
