@@ -12,9 +12,9 @@ from feast_stream_backfill.backfill import Backfill, StreamJob, backfill
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
-from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import TumblingWindows
+from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 
 __all__ = [
     "Aggregation",
@@ -22,7 +22,10 @@ __all__ = [
     "Backfill",
     "BadArchiveError",
     "EventTimeTrigger",
+    "PerRecordTrigger",
     "ProcessingTimeModel",
+    "ProcessingTimeTrigger",
+    "SlidingWindows",
     "StreamJob",
     "TumblingWindows",
     "WatermarkStrategy",

@@ -27,14 +27,24 @@ from feast_stream_backfill.records import (
     ArchivedTopic,
     read_records,
 )
-from feast_stream_backfill.triggers import DROPPED, LATE, ON_TIME, PENDING, STATUS, EventTimeTrigger
+from feast_stream_backfill.triggers import (
+    DROPPED,
+    LATE,
+    ON_TIME,
+    PENDING,
+    PER_RECORD,
+    STATUS,
+    EventTimeTrigger,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
+)
 from feast_stream_backfill.watermarks import (
     POSITION,
     WatermarkStrategy,
     record_position,
     watermark_reaches,
 )
-from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, TumblingWindows
+from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, SlidingWindows, TumblingWindows
 
 
 @dataclass(frozen=True)
@@ -46,9 +56,11 @@ class StreamJob:
 
     topics: Sequence[ArchivedTopic]
     keys: Sequence[str]
-    window: TumblingWindows
+    window: TumblingWindows | SlidingWindows
     aggregations: Sequence[Aggregation]
-    trigger: EventTimeTrigger = field(default_factory=EventTimeTrigger)
+    trigger: EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger = field(
+        default_factory=EventTimeTrigger
+    )
     watermark: WatermarkStrategy = field(default_factory=WatermarkStrategy)
     processing_time: ProcessingTimeModel = field(default_factory=ProcessingTimeModel)
     operator_delay_ms: int = 0
@@ -56,6 +68,11 @@ class StreamJob:
     def __post_init__(self) -> None:
         if not self.topics or not self.keys or not self.aggregations:
             raise ValueError("a StreamJob needs at least one topic, one key and one aggregation")
+        if self.trigger.domain not in ("any", self.window.domain):
+            raise ValueError(
+                f"{type(self.trigger).__name__} fires {self.trigger.domain}-time windows, "
+                f"not {self.window.domain}-time ones"
+            )
         names = [a.name for a in self.aggregations]
         if len(set(names)) != len(names):
             raise ValueError(f"feature names must be unique, got {names}")
@@ -72,7 +89,10 @@ class StreamJob:
 @dataclass
 class Backfill:
     """The result: ``emissions`` (the emission log), ``dropped`` (late records dropped, per key
-    and window) and ``stats``, which account for every record read."""
+    and window) and ``stats``, which account for every record read: ``records_read`` =
+    ``duplicates_removed`` + the ``records_<status>`` counts (on_time, late, per_record,
+    dropped, pending), which count (record, window) pairs: with sliding windows a record
+    counts once per window it belongs to."""
 
     emissions: DataFrame
     dropped: DataFrame
@@ -125,9 +145,12 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
             f"{example[OFFSET]}; refusing to pick one"
         )
     distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
-    windowed = job.window.assign(distinct, EVENT_TIME)
-    timeline = watermark_reaches(distinct, job.trigger.targets(windowed), job.watermark)
-    timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
+    windowed = job.window.assign(distinct)
+    targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
+    timeline = None
+    if targets is not None:
+        timeline = watermark_reaches(distinct, targets, job.watermark)
+        timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
     classified = job.trigger.classify(windowed, timeline)
     firings = job.trigger.firings(classified, job.keys, job.aggregations)
     emissions = emission_log(firings, job.keys, job.features, job.operator_delay_ms)
@@ -149,6 +172,14 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     stats = {
         "records_read": counts["records_read"],
         "duplicates_removed": counts["duplicates_removed"],
-        **{f"records_{s}": by_status.get(s, 0) for s in (ON_TIME, LATE, DROPPED, PENDING)},
+        **{
+            f"records_{s}": by_status.get(s, 0)
+            for s in (ON_TIME, LATE, PER_RECORD, DROPPED, PENDING)
+        },
     }
-    return Backfill(emissions=emissions, dropped=dropped, stats=stats, cached=[timed, timeline])
+    return Backfill(
+        emissions=emissions,
+        dropped=dropped,
+        stats=stats,
+        cached=[df for df in (timed, timeline) if df is not None],
+    )

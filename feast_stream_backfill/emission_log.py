@@ -2,8 +2,9 @@
 
 One row per firing per key. Per key, rows are totally ordered by ``(emit_time,
 emit_sequence)``: at one instant, records are processed before the watermark tick of that
-instant, a record's own (late) firing comes before the timers its watermark fires, and timers
-fire in order of their timestamps (``maxTs``), as in Flink's ``InternalTimerService``.
+instant; a record fires its own windows (late or per-record firings) from the latest start to
+the earliest, as Flink's sliding assigner lists them, before the timers its watermark fires;
+timers fire in order of their timestamps (``maxTs``), as in Flink's ``InternalTimerService``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ def emission_log(
     column per feature. ``emit_time`` is the firing's processing time plus the operator delay
     D3: when the sink would have written it."""
     emit_ms = F.col(FIRE_POSITION)["time"] + operator_delay_ms
+    # A record fires its own windows latest start first (Flink's assignWindows order), then
+    # the timers its watermark triggers fire by timestamp.
+    within_position = F.when(F.col(FIRED_BY_RECORD), -F.col(WINDOW_START)).otherwise(
+        F.col(WINDOW_END)
+    )
     at_same_instant = Window.partitionBy(*keys, "_emit_ms").orderBy(
-        FIRE_POSITION, F.col(FIRED_BY_RECORD).desc(), WINDOW_END
+        FIRE_POSITION, F.col(FIRED_BY_RECORD).desc(), within_position
     )
     return (
         firings.withColumn("_emit_ms", emit_ms)

@@ -56,17 +56,23 @@ class WatermarkStrategy:
 
     ``emission="periodic"`` emits on the timer's ticks (Flink's default generator);
     ``"on_event"`` after every record. Ticks are at multiples of ``interval_ms`` since the epoch.
+    ``combine="min"`` is Flink's source (MIN over partitions); ``"max"`` is the seed's
+    simplification (readers perfectly aligned), also what one reader does when the watermark
+    is assigned after the source.
     """
 
     out_of_orderness_ms: int = 0
     interval_ms: int = 200
     emission: Literal["periodic", "on_event"] = "periodic"
+    combine: Literal["min", "max"] = "min"
 
     def __post_init__(self) -> None:
         if self.out_of_orderness_ms < 0 or self.interval_ms < 0:
             raise ValueError(f"watermark bounds must be >= 0, got {self}")
         if self.emission not in ("periodic", "on_event"):
             raise ValueError(f"emission must be 'periodic' or 'on_event', got {self.emission!r}")
+        if self.combine not in ("min", "max"):
+            raise ValueError(f"combine must be 'min' or 'max', got {self.combine!r}")
         if self.emission == "periodic" and self.interval_ms == 0:
             raise ValueError("periodic watermarks need interval_ms > 0 (0 turns the timer off)")
 
@@ -89,7 +95,7 @@ def watermark_reaches(
     yet). A partition without any record holds the watermark back forever, as in Flink.
     """
     partitions = records.select(TOPIC, PARTITION).distinct()
-    n_partitions = partitions.count()
+    n_partitions = partitions.count() if strategy.combine == "min" else 0
     threshold = F.col(TARGET) + strategy.out_of_orderness_ms + 1
     sweep = records.select(
         TOPIC,
@@ -115,14 +121,16 @@ def watermark_reaches(
     # Descending event time, records before a target of equal value: the running MIN of
     # positions is the first record (in processing order) whose event time reaches it.
     descending = Window.partitionBy(TOPIC, PARTITION).orderBy(F.desc("_value"), "_kind")
-    reached = (
-        sweep.withColumn(
-            REACHED,
-            F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0)),
+    per_partition = sweep.withColumn(
+        REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
+    ).where(F.col("_kind") == 1)
+    if strategy.combine == "max":  # the first partition to reach it decides
+        reached = per_partition.groupBy(TARGET).agg(F.min(REACHED).alias(REACHED))
+    else:  # every partition must have reached it; the last one decides
+        reached = (
+            per_partition.groupBy(TARGET)
+            .agg(F.count(REACHED).alias("_partitions"), F.max(REACHED).alias(REACHED))
+            .where(F.col("_partitions") == n_partitions)
         )
-        .where(F.col("_kind") == 1)
-        .groupBy(TARGET)
-        .agg(F.count(REACHED).alias("_partitions"), F.max(REACHED).alias(REACHED))
-        .where(F.col("_partitions") == n_partitions)
-    )
+    reached = reached.where(F.col(REACHED).isNotNull())
     return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))

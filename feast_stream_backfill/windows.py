@@ -2,38 +2,83 @@
 
 Windows are ``[start, end)`` with epoch-aligned starts (shifted by ``offset``), as Flink's
 ``TimeWindow.getWindowStartWithOffset``; ``maxTs = end - 1 ms`` is the instant whose
-watermark fires the window.
+watermark (event time) or clock (processing time) fires the window. ``domain`` says which
+time places a record: its event time, or its inferred processing time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.processing_time import PROCESSING_TIME
+from feast_stream_backfill.records import EVENT_TIME
+
 WINDOW_START, WINDOW_END = "_window_start", "_window_end"
+Domain = Literal["event", "processing"]
 
 
 def max_timestamp() -> Column:
     return F.col(WINDOW_END) - 1
 
 
+def _check(domain: str, **positive: int) -> None:
+    if domain not in ("event", "processing"):
+        raise ValueError(f"window domain must be 'event' or 'processing', got {domain!r}")
+    for name, value in positive.items():
+        if value <= 0:
+            raise ValueError(f"window {name} must be > 0 ms, got {value}")
+
+
+def _time(domain: str) -> Column:
+    return F.col(EVENT_TIME if domain == "event" else PROCESSING_TIME)
+
+
 @dataclass(frozen=True)
 class TumblingWindows:
-    """Flink's ``TumblingEventTimeWindows.of(size, offset)``."""
+    """Flink's ``Tumbling{EventTime,ProcessingTime}Windows.of(size, offset)``."""
 
     size_ms: int
     offset_ms: int = 0
+    domain: Domain = "event"
 
     def __post_init__(self) -> None:
-        if self.size_ms <= 0:
-            raise ValueError(f"window size must be > 0 ms, got {self.size_ms}")
+        _check(self.domain, size=self.size_ms)
 
-    def assign(self, records: DataFrame, time_col: str) -> DataFrame:
-        """Add ``_window_start`` and ``_window_end`` (epoch ms) from ``time_col``."""
-        time = F.col(time_col)
+    def assign(self, records: DataFrame) -> DataFrame:
+        """Add ``_window_start`` and ``_window_end`` (epoch ms)."""
+        time = _time(self.domain)
         start = time - F.pmod(time - self.offset_ms, F.lit(self.size_ms))
         return records.withColumn(WINDOW_START, start).withColumn(
+            WINDOW_END, F.col(WINDOW_START) + self.size_ms
+        )
+
+
+@dataclass(frozen=True)
+class SlidingWindows:
+    """Flink's ``Sliding{EventTime,ProcessingTime}Windows.of(size, slide, offset)``: a record
+    belongs to every window whose ``[start, start + size)`` holds its time."""
+
+    size_ms: int
+    slide_ms: int
+    offset_ms: int = 0
+    domain: Domain = "event"
+
+    def __post_init__(self) -> None:
+        _check(self.domain, size=self.size_ms, slide=self.slide_ms)
+
+    def assign(self, records: DataFrame) -> DataFrame:
+        """One row per (record, window), from the latest start to the earliest, as Flink's
+        ``assignWindows`` lists them."""
+        time = _time(self.domain)
+        last_start = time - F.pmod(time - self.offset_ms, F.lit(self.slide_ms))
+        first_start = time - self.size_ms + 1
+        starts = F.when(  # slide > size leaves gaps: a record there is in no window
+            last_start >= first_start, F.sequence(last_start, first_start, F.lit(-self.slide_ms))
+        ).otherwise(F.array().cast("array<bigint>"))
+        return records.withColumn(WINDOW_START, F.explode(starts)).withColumn(
             WINDOW_END, F.col(WINDOW_START) + self.size_ms
         )

@@ -25,7 +25,11 @@ class Record:
 @dataclass(frozen=True)
 class Job:
     size: int
+    slide: int = 0  # 0: tumbling
     window_offset: int = 0
+    domain: str = "event"  # or "processing": windows placed and fired by processing time
+    trigger: str = "default"  # or "per_record" (CountTrigger.of(1))
+    combine: str = "min"  # or "max" across partitions
     bound: int = 0  # B
     interval: int = 200  # I
     emission: str = "periodic"
@@ -52,15 +56,28 @@ def processing_times(records: list[Record], job: Job) -> list[tuple[int, Record]
     return sorted(timed, key=lambda x: (x[0], x[1].topic, x[1].partition, x[1].offset))
 
 
+def windows_of(t: int, job: Job) -> list[int]:
+    """Window starts holding time t, latest first (Flink's assignWindows order)."""
+    slide = job.slide or job.size
+    start = t - (t - job.window_offset) % slide
+    starts = []
+    while start > t - job.size:
+        starts.append(start)
+        start -= slide
+    return starts
+
+
 def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, int]]:
     """Returns (emissions, dropped). An emission is (key, window_start, window_end,
     emit_time, emit_sequence, firing, count, sum, min, max); dropped maps (key, start) -> n."""
     timed = processing_times(records, job)
     partitions = {(r.topic, r.partition) for _, r in timed}
     max_et: dict[tuple, float] = {p: -math.inf for p in partitions}
+    combine = min if job.combine == "min" else max
     watermark = -math.inf
     contents: dict[tuple, list[float]] = defaultdict(list)  # (key, start) -> values
-    timers: set[tuple] = set()  # (maxTs, key, start)
+    event_timers: set[tuple] = set()  # (maxTs, key, start)
+    clock_timers: set[tuple] = set()  # processing-time timers, likewise
     emissions: list[tuple] = []
     dropped: dict[tuple, int] = defaultdict(int)
 
@@ -82,28 +99,40 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
 
     def advance_watermark(now: int) -> None:
         nonlocal watermark
-        watermark = max(watermark, min(m - job.bound - 1 for m in max_et.values()))
-        for timer in sorted(t for t in timers if t[0] <= watermark):
-            timers.discard(timer)
+        watermark = max(watermark, combine(m - job.bound - 1 for m in max_et.values()))
+        for timer in sorted(t for t in event_timers if t[0] <= watermark):
+            event_timers.discard(timer)
             emit(timer[1], timer[2], now, "on_time")
 
+    def advance_clock(before: float) -> None:
+        """Processing-time timers strictly before ``before`` (records of a ms come first)."""
+        for timer in sorted(t for t in clock_timers if t[0] < before):
+            clock_timers.discard(timer)
+            emit(timer[1], timer[2], timer[0], "on_time")
+
     def process(pt: int, r: Record) -> None:
-        start = r.et - (r.et - job.window_offset) % job.size
-        max_ts = start + job.size - 1
-        if max_ts + job.lateness <= watermark:
-            dropped[(r.key, start)] += 1
-        else:
+        time = r.et if job.domain == "event" else pt
+        for start in windows_of(time, job):
+            max_ts = start + job.size - 1
+            if job.domain == "event" and max_ts + job.lateness <= watermark:
+                dropped[(r.key, start)] += 1
+                continue
             contents[(r.key, start)].append(r.value)
-            if max_ts <= watermark:
+            if job.trigger == "per_record":
+                emit(r.key, start, pt, "per_record")
+            elif job.domain == "processing":
+                clock_timers.add((max_ts, r.key, start))
+            elif max_ts <= watermark:
                 emit(r.key, start, pt, "late")
             else:
-                timers.add((max_ts, r.key, start))
+                event_timers.add((max_ts, r.key, start))
         max_et[(r.topic, r.partition)] = max(max_et[(r.topic, r.partition)], r.et)
         if job.emission == "on_event":
             advance_watermark(pt)
 
     next_tick = 0
     for pt, r in timed:
+        advance_clock(pt)
         if job.emission == "periodic":
             if next_tick == 0:
                 next_tick = (pt // job.interval) * job.interval
@@ -111,6 +140,7 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
                 advance_watermark(next_tick)
                 next_tick += job.interval
         process(pt, r)
+    advance_clock(math.inf)  # a live job's clock goes on: every processing-time window fires
     if job.emission == "periodic" and timed:
         last = timed[-1][0]
         while next_tick <= -(-last // job.interval) * job.interval:

@@ -15,7 +15,10 @@ from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
     EventTimeTrigger,
+    PerRecordTrigger,
     ProcessingTimeModel,
+    ProcessingTimeTrigger,
+    SlidingWindows,
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
@@ -75,6 +78,10 @@ def archives(draw) -> list[Record]:
 jobs = st.builds(
     Job,
     size=st.sampled_from([10, 50, 100, 300]),
+    slide=st.sampled_from([0, 0, 20, 35]),
+    domain=st.sampled_from(["event", "event", "processing"]),
+    trigger=st.sampled_from(["default", "default", "per_record"]),
+    combine=st.sampled_from(["min", "min", "max"]),
     window_offset=st.sampled_from([0, 7]),
     bound=st.sampled_from([0, 5, 30]),
     interval=st.sampled_from([1, 7, 50, 200]),
@@ -101,10 +108,20 @@ def spark_backfill(spark, records: list[Record], job: Job):
     spec = StreamJob(
         topics=topics,
         keys=["user"],
-        window=TumblingWindows(job.size, job.window_offset),
+        window=(
+            SlidingWindows(job.size, job.slide, job.window_offset, job.domain)
+            if job.slide
+            else TumblingWindows(job.size, job.window_offset, job.domain)
+        ),
         aggregations=[Aggregation("amount", f, f) for f in ("sum", "min", "max")],
-        trigger=EventTimeTrigger(job.lateness),
-        watermark=WatermarkStrategy(job.bound, job.interval, job.emission),
+        trigger=(
+            PerRecordTrigger(job.lateness)
+            if job.trigger == "per_record"
+            else EventTimeTrigger(job.lateness)
+            if job.domain == "event"
+            else ProcessingTimeTrigger()
+        ),
+        watermark=WatermarkStrategy(job.bound, job.interval, job.emission, job.combine),
         processing_time=ProcessingTimeModel(job.min_gap, job.min_delay),
         operator_delay_ms=job.operator_delay,
     )

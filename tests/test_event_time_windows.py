@@ -86,6 +86,7 @@ def test_slow_partition_holds_back_firing_and_late_record_is_dropped(make_archiv
         "duplicates_removed": 0,
         "records_on_time": 4,
         "records_late": 0,
+        "records_per_record": 0,
         "records_dropped": 1,
         "records_pending": 3,
     }
