@@ -47,12 +47,15 @@ def run(make_archive, rows=ROWS, **job):
     spec = StreamJob(
         topics=[topic],
         keys=["user"],
-        window=TumblingWindows(size_ms=10),
         aggregations=[
             Aggregation("amount", "sum", "amount_sum"),
             Aggregation("amount", "max", "amount_max"),
         ],
-        **{"watermark": WatermarkStrategy(interval_ms=10), **job},
+        **{
+            "window": TumblingWindows(size_ms=10),
+            "watermark": WatermarkStrategy(interval_ms=10),
+            **job,
+        },
     )
     result = backfill(make_archive([]).sparkSession, spec)
     emissions = [

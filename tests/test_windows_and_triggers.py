@@ -1,0 +1,119 @@
+"""Sliding and processing-time windows, per-record firing, MAX combining: hand-computed on the
+archive of tests/test_event_time_windows.py (read its docstring first)::
+
+    key a: p0 et 1 ($1), 4 ($2), 12 ($4), 25 ($8) at pt = et;  p1 et 2 ($16) at pt 2,
+           et 7 ($128) at pt 31;   key b: p1 et 30 ($32) at pt 30, et 31 ($64) at pt 31
+
+Watermark ticks every 10 ms, B = 0: the MIN watermark reaches x when both partitions have
+seen et >= x + 1; p1 only gets past 2 at pt 30.
+"""
+
+from datetime import timezone
+
+import pytest
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    EventTimeTrigger,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
+    SlidingWindows,
+    StreamJob,
+    TumblingWindows,
+    WatermarkStrategy,
+)
+from tests.test_event_time_windows import ms, run
+
+
+def sums(emissions):
+    """(key, start, end, emit_time, sequence, firing, count, sum) with times in epoch ms."""
+
+    def to_ms(moment):
+        return round(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+    return [(k, to_ms(s), to_ms(e), to_ms(at), *rest) for k, s, e, at, *rest in emissions]
+
+
+def test_sliding_event_time_windows_fire_in_timer_order_and_drop_per_window(make_archive):
+    # size 10, slide 5: a record is in 2 windows. Every window with end <= 25 needs both
+    # partitions at et >= end: p1 gets there at pt 30, so all fire on tick 30, by maxTs.
+    # The et-7 record (pt 31) is late for [0, 10) and [5, 15): dropped from both.
+    emissions, dropped, _ = run(make_archive, window=SlidingWindows(10, 5))
+    assert sums(emissions) == [
+        ("a", -5, 5, 30, 0, "on_time", 3, 19.0),
+        ("a", 0, 10, 30, 1, "on_time", 3, 19.0),
+        ("a", 5, 15, 30, 2, "on_time", 1, 4.0),
+        ("a", 10, 20, 30, 3, "on_time", 1, 4.0),
+    ]
+    assert [(k, s, n) for k, s, _, n in dropped] == [("a", ms(0), 1), ("a", ms(5), 1)]
+
+
+def test_processing_time_windows_fire_at_max_ts_by_the_clock(make_archive):
+    # Windows by pt: a: [0,10) pt 1, 2, 4; [10,20) pt 12; [20,30) pt 25; [30,40) pt 31.
+    # Each fires at its maxTs (end - 1), late event times notwithstanding: nothing dropped.
+    emissions, dropped, _ = run(
+        make_archive,
+        window=TumblingWindows(10, domain="processing"),
+        trigger=ProcessingTimeTrigger(),
+    )
+    assert sums(emissions) == [
+        ("a", 0, 10, 9, 0, "on_time", 3, 19.0),
+        ("a", 10, 20, 19, 0, "on_time", 1, 4.0),
+        ("a", 20, 30, 29, 0, "on_time", 1, 8.0),
+        ("a", 30, 40, 39, 0, "on_time", 1, 128.0),
+        ("b", 30, 40, 39, 0, "on_time", 2, 96.0),
+    ]
+    assert dropped == []
+
+
+def test_per_record_trigger_fires_every_record_until_the_window_closes(make_archive):
+    # Each record fires its window at its pt with the running aggregate. [0, 10) closes at
+    # the tick at 30 (W >= 9 + L, L = 0): the et-7 record read at pt 31 is dropped.
+    emissions, dropped, _ = run(make_archive, trigger=PerRecordTrigger())
+    assert sums(emissions) == [
+        ("a", 0, 10, 1, 0, "per_record", 1, 1.0),
+        ("a", 0, 10, 2, 0, "per_record", 2, 17.0),
+        ("a", 0, 10, 4, 0, "per_record", 3, 19.0),
+        ("a", 10, 20, 12, 0, "per_record", 1, 4.0),
+        ("a", 20, 30, 25, 0, "per_record", 1, 8.0),
+        ("b", 30, 40, 30, 0, "per_record", 1, 32.0),
+        ("b", 30, 40, 31, 0, "per_record", 2, 96.0),
+    ]
+    assert [(k, s, n) for k, s, _, n in dropped] == [("a", ms(0), 1)]
+
+
+def test_per_record_sliding_fires_latest_window_first(make_archive):
+    # et 12 is in [10, 20) and [5, 15): Flink fires them latest start first.
+    emissions, _, _ = run(make_archive, window=SlidingWindows(10, 5), trigger=PerRecordTrigger())
+    at_12 = [e for e in sums(emissions) if e[3] == 12]
+    assert at_12 == [
+        ("a", 10, 20, 12, 0, "per_record", 1, 4.0),
+        ("a", 5, 15, 12, 1, "per_record", 1, 4.0),
+    ]
+
+
+def test_max_combine_fires_on_the_first_partition_to_get_there(make_archive):
+    # The seed's simplification: [0, 10) fires once ANY partition has et >= 10: p0 at pt 12,
+    # so on tick 20 (not 30); [10, 20) and [20, 30) on tick 30 (p0 et 25, p1 et 30).
+    emissions, dropped, _ = run(
+        make_archive, watermark=WatermarkStrategy(interval_ms=10, combine="max")
+    )
+    assert sums(emissions) == [
+        ("a", 0, 10, 20, 0, "on_time", 3, 19.0),
+        ("a", 10, 20, 30, 0, "on_time", 1, 4.0),
+        ("a", 20, 30, 30, 1, "on_time", 1, 8.0),
+    ]
+    assert [(k, s, n) for k, s, _, n in dropped] == [("a", ms(0), 1)]
+
+
+def test_a_trigger_of_the_other_time_domain_is_refused(make_archive):
+    topic = ArchivedTopic("t", dataframe=make_archive([(0, 0, 1, "a", 1.0)]))
+    with pytest.raises(ValueError, match="EventTimeTrigger fires event-time windows"):
+        StreamJob(
+            topics=[topic],
+            keys=["user"],
+            aggregations=[Aggregation("amount", "sum", "s")],
+            window=TumblingWindows(10, domain="processing"),
+            trigger=EventTimeTrigger(),
+        )
