@@ -2,7 +2,6 @@
 
 from datetime import timedelta
 
-import pytest
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.aggregation import Aggregation as FeastAggregation
 from feast.data_format import DeltaFormat, JsonFormat
@@ -12,7 +11,9 @@ from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
     EventTimeTrigger,
+    PerRecordTrigger,
     ProcessingTimeModel,
+    SlidingWindows,
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
@@ -78,14 +79,18 @@ def test_a_declared_view_becomes_the_job_it_declares():
     )
 
 
-def test_sliding_windows_are_refused_with_the_reason():
+def test_slide_interval_and_tags_declare_sliding_per_record_processing_time_jobs():
     sliding = [
         FeastAggregation(
             column="amount",
             function="sum",
             time_window=timedelta(minutes=5),
             slide_interval=timedelta(minutes=1),
+            name="spend",
         )
     ]
-    with pytest.raises(ValueError, match="only tumbling windows"):
-        stream_job(view(sliding))
+    tags = backfill_tags(window_domain="processing", trigger="per_record", watermark_combine="max")
+    job = stream_job(view(sliding, tags))
+    assert job.window == SlidingWindows(300_000, 60_000, domain="processing")
+    assert job.trigger == PerRecordTrigger(0)
+    assert job.watermark.combine == "max"

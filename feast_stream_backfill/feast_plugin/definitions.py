@@ -19,9 +19,13 @@ from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
-from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.triggers import (
+    EventTimeTrigger,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
+)
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import TumblingWindows
+from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 
 PREFIX = "stream_backfill."
 
@@ -38,9 +42,20 @@ def backfill_tags(
     min_gap: timedelta = timedelta(0),
     min_delay: timedelta = timedelta(0),
     operator_delay: timedelta = timedelta(0),
+    window_domain: str = "event",
+    trigger: str = "default",
+    watermark_combine: str = "min",
 ) -> dict[str, str]:
-    """Tags for a ``StreamFeatureView``: the job options Feast has no field for."""
+    """Tags for a ``StreamFeatureView``: the job options Feast has no field for.
+
+    ``window_domain``: "event" or "processing" time windows; ``trigger``: "default" (Flink's
+    default for the domain) or "per_record" (``CountTrigger.of(1)``); ``watermark_combine``:
+    "min" across partitions (Flink) or "max" (the seed's aligned-readers simplification).
+    """
     return {
+        PREFIX + "window_domain": window_domain,
+        PREFIX + "trigger": trigger,
+        PREFIX + "watermark_combine": watermark_combine,
         PREFIX + "allowed_lateness_ms": _ms(allowed_lateness),
         PREFIX + "watermark_interval_ms": _ms(watermark_interval),
         PREFIX + "watermark_emission": watermark_emission,
@@ -68,6 +83,23 @@ def feature_names(view: StreamFeatureView) -> list[str]:
     return [a.resolved_name(a.time_window) for a in view.aggregations]
 
 
+def _window(size: timedelta, slide: timedelta, domain: str) -> TumblingWindows | SlidingWindows:
+    size_ms, slide_ms = (round(d.total_seconds() * 1000) for d in (size, slide))
+    if slide_ms == size_ms:
+        return TumblingWindows(size_ms, domain=domain)  # type: ignore[arg-type]
+    return SlidingWindows(size_ms, slide_ms, domain=domain)  # type: ignore[arg-type]
+
+
+def _trigger(
+    name: str, domain: str, lateness_ms: int
+) -> EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger:
+    if name == "per_record":
+        return PerRecordTrigger(lateness_ms)
+    if name != "default":
+        raise ValueError(f"trigger must be 'default' or 'per_record', got {name!r}")
+    return EventTimeTrigger(lateness_ms) if domain == "event" else ProcessingTimeTrigger()
+
+
 def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> StreamJob:
     """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing."""
     where = f"stream feature view {view.name!r}"
@@ -77,8 +109,8 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     if len(windows) != 1:
         raise ValueError(f"{where}: all aggregations of one job share one window, got {windows}")
     size, slide = windows.pop()
-    if not size or slide != size:
-        raise ValueError(f"{where}: only tumbling windows (slide_interval == time_window) so far")
+    if not size:
+        raise ValueError(f"{where}: aggregations need a time_window")
     source, archive = view.stream_source, view.batch_source
     if source is None or archive is None or not getattr(archive, "path", None):
         raise ValueError(f"{where}: its KafkaSource needs a batch_source FileSource (the archive)")
@@ -101,16 +133,19 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     return StreamJob(
         topics=[topic],
         keys=[e.name for e in view.entity_columns],
-        window=TumblingWindows(size_ms=round(size.total_seconds() * 1000)),
+        window=_window(size, slide, option("window_domain", "event")),
         aggregations=[
             Aggregation(a.column, a.function, name)
             for a, name in zip(view.aggregations, feature_names(view), strict=True)
         ],
-        trigger=EventTimeTrigger(allowed_lateness_ms=ms("allowed_lateness")),
+        trigger=_trigger(
+            option("trigger", "default"), option("window_domain", "event"), ms("allowed_lateness")
+        ),
         watermark=WatermarkStrategy(
             out_of_orderness_ms=round(bound.total_seconds() * 1000),
             interval_ms=ms("watermark_interval", 200),
             emission=option("watermark_emission", "periodic"),  # type: ignore[arg-type]
+            combine=option("watermark_combine", "min"),  # type: ignore[arg-type]
         ),
         processing_time=ProcessingTimeModel(ms("min_gap"), ms("min_delay")),
         operator_delay_ms=ms("operator_delay"),
