@@ -22,6 +22,10 @@ from examples.generate import generate_archive
 from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
+    EventTimeTrigger,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
+    SlidingWindows,
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
@@ -32,11 +36,11 @@ from feast_stream_backfill.spark import get_spark
 AGGREGATIONS = [Aggregation("amount", f, f"amount_{f}") for f in ("sum", "count", "mean", "max")]
 
 
-def best_of(repeat: int, run, spark, path: str) -> float:
+def best_of(repeat: int, run, *args) -> float:
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
-        run(spark, path)
+        run(*args)
         times.append(time.perf_counter() - started)
     return min(times)
 
@@ -57,13 +61,26 @@ def floor(spark, path: str) -> None:
     aggregated.write.format("noop").mode("overwrite").save()
 
 
-def plugin(spark, path: str) -> None:
+MINUTE = 60_000
+KINDS = {
+    "tumbling": {},
+    "tumbling+lateness": {"trigger": EventTimeTrigger(allowed_lateness_ms=5 * MINUTE)},
+    "sliding 5m/1m": {"window": SlidingWindows(5 * MINUTE, MINUTE)},
+    "processing-time": {
+        "window": TumblingWindows(5 * MINUTE, domain="processing"),
+        "trigger": ProcessingTimeTrigger(),
+    },
+    "per-record": {"trigger": PerRecordTrigger()},
+}
+
+
+def plugin(spark, path: str, kind: str = "tumbling") -> None:
     job = StreamJob(
         topics=[ArchivedTopic("transactions", path=path)],
         keys=["user_id"],
-        window=TumblingWindows(size_ms=5 * 60_000),
         aggregations=AGGREGATIONS,
         watermark=WatermarkStrategy(out_of_orderness_ms=5_000),
+        **{"window": TumblingWindows(size_ms=5 * MINUTE), **KINDS[kind]},
     )
     result = backfill(spark, job)
     result.emissions.write.format("noop").mode("overwrite").save()
@@ -75,25 +92,36 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 4_000_000])
     parser.add_argument("--repeat", type=int, default=2, help="best of N runs")
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["tumbling"],
+        choices=[*KINDS, "all"],
+        help="window kinds and triggers to time (all: every one)",
+    )
     args = parser.parse_args()
     spark = get_spark()
     print(
         f"spark {spark.version}, master {spark.sparkContext.master}, "
         f"{spark.sparkContext.defaultParallelism} cores"
     )
-    print(f"{'records':>10} {'plugin s':>9} {'records/s':>10} {'floor s':>8} {'ratio':>6}")
+    kinds = list(KINDS) if "all" in args.kinds else args.kinds
+    print(
+        f"{'records':>10} {'job':<18} {'plugin s':>9} {'records/s':>10} {'floor s':>8} {'ratio':>6}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
             path = str(Path(tmp) / f"archive_{n}")
             generate_archive(spark, path, n_records=n)
             floor(spark, path)  # warm-up: JIT, file listing
             best_floor = best_of(args.repeat, floor, spark, path)
-            best_plugin = best_of(args.repeat, plugin, spark, path)
-            print(
-                f"{n:>10,} {best_plugin:>9.1f} {n / best_plugin:>10,.0f} {best_floor:>8.1f} "
-                f"{best_plugin / best_floor:>6.2f}",
-                flush=True,
-            )
+            for kind in kinds:
+                best_plugin = best_of(args.repeat, plugin, spark, path, kind)
+                print(
+                    f"{n:>10,} {kind:<18} {best_plugin:>9.1f} {n / best_plugin:>10,.0f} "
+                    f"{best_floor:>8.1f} {best_plugin / best_floor:>6.2f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
