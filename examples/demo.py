@@ -24,9 +24,9 @@ from feast import FeatureStore
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from examples.generate import generate_archive, generate_predictions
+from examples.generate import generate_archive, generate_predictions, generate_user_tiers
 from feast_stream_backfill.emission_store import stored_metadata
-from feast_stream_backfill.online_state import state_at
+from feast_stream_backfill.feast_plugin.consistency import compare
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.training_join import as_of_join
 
@@ -73,6 +73,7 @@ def main() -> None:
     )
     generate_archive(spark, archive, n_records=args.records)
     generate_predictions(spark, predictions, archive, n_rows=args.predictions)
+    generate_user_tiers(spark, str(data / "state/user_tiers"), archive)  # for user_fees_5m
 
     feast("apply")
     feast("materialize", "2026-01-01T00:00:00", MIDDLE)
@@ -83,15 +84,12 @@ def main() -> None:
     stats = stored_metadata(spark, str(data / f"emission_log/payments/{VIEW}"))["stats"]
     dropped = spark.read.format("delta").load(str(data / f"emission_log/payments/{VIEW}_dropped"))
 
-    # Online: Redis against the emission log's state at END, for the hottest users.
+    # Serving against training: Redis after materializing up to END vs the training join at
+    # END, for the 1000 most active users; and one online read as a user would do it.
     end = datetime.fromisoformat(END).replace(tzinfo=timezone.utc)
-    expected = state_at(emissions, ["user_id"], end).orderBy(F.desc("record_count")).limit(5)
-    expected_rows = expected.select("user_id", *FEATURES).collect()
-    users = [{"user_id": r.user_id} for r in expected_rows]
-    online = store.get_online_features([f"{VIEW}:{f}" for f in FEATURES], users).to_dict()
-    online_mismatches = sum(
-        abs((online["spend_5m"][i] or 0) - r.spend_5m) > 1e-9 for i, r in enumerate(expected_rows)
-    )
+    mismatches = compare(store, VIEW, end, n_keys=1000)
+    hottest = {"user_id": "u000000"}
+    online = store.get_online_features([f"{VIEW}:{f}" for f in FEATURES], [hottest]).to_dict()
 
     # Training set: prediction events joined as of when Flink would have written.
     entity_sql = f"SELECT user_id, event_timestamp FROM delta.`{predictions}`"
@@ -132,8 +130,12 @@ def main() -> None:
     )
     print(f"records in windows not yet fired at the archive's end {stats['records_pending']:,}")
     print(
-        f"online read, hottest {len(users)} users: {online_mismatches} mismatches with the "
-        f"emission log at {END}; e.g. {users[0]['user_id']} spend_5m={online['spend_5m'][0]}"
+        f"online read of u000000 after materializing to {END}: "
+        f"spend_5m={online['spend_5m'][0]:.2f}, transactions_5m={online['transactions_5m'][0]}"
+    )
+    print(
+        f"online vs training join at {END}, 1000 users: {sum(mismatches.values())} "
+        f"mismatches ({', '.join(f'{f} {n}' for f, n in mismatches.items())})"
     )
     print(
         f"training rows {training.count():,}; distinct (user, time) points {summary['rows']:,}, "
@@ -144,9 +146,16 @@ def main() -> None:
         f"({summary['differ'] / max(summary['rows'], 1):.1%}), of which "
         f"{summary['naive_sees_unwritten']:,} see a window Flink had not written yet"
     )
+    # The enriched view: fees at the tier rate the job would have looked up (processing time).
+    fees = store.get_online_features(["user_fees_5m:fees_5m"], [{"user_id": "u000000"}])
+    fee_log = spark.read.format("delta").load(str(data / "emission_log/payments/user_fees_5m"))
+    print(
+        f"enriched view user_fees_5m: {fee_log.count():,} emissions; online read of u000000: "
+        f"fees_5m={fees.to_dict()['fees_5m'][0]:.2f}"
+    )
     print(f"wall time {time.monotonic() - started:.0f} s")
-    if online_mismatches:
-        sys.exit("online store disagrees with the emission log")
+    if any(mismatches.values()):
+        sys.exit("the online store disagrees with the training join")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ Everything is computed by Spark from ``spark.range``: every pseudo-random number
 the sizes (not on the number of Spark partitions or executors), and nothing is built on the
 driver, whatever the size.
 
-Run ``python -m examples.generate --archive data/transactions --predictions data/predictions``.
+``generate_user_tiers`` writes a state table for enrichment: an SCD type II table
+``user_id, valid_from, valid_to, tier, fee_rate`` over the archive's users, every user with a
+tier from a day before the archive on and its later changes spread over the archive's span.
+
+Run ``python -m examples.generate --archive data/transactions --predictions data/predictions``
+(``--user-tiers data/user_tiers`` for the state table too).
 """
 
 from __future__ import annotations
@@ -53,6 +58,10 @@ AMOUNT_MEDIAN, AMOUNT_SIGMA = 30.0, 1.0
 # Independent pseudo-random streams, one per use.
 _JITTER, _DELAY, _LATE, _LATE_BY, _USER, _AMOUNT_1, _AMOUNT_2, _DUP = range(8)
 _PRED_USER, _PRED_TIME = 100, 101
+_TIER_TIME, _TIER = 200, 201
+
+#: Fee tiers of the state table: (tier, fee rate, share of the versions).
+TIERS = (("basic", 0.029, 0.6), ("plus", 0.019, 0.3), ("premium", 0.009, 0.1))
 
 _TWO_53 = float(1 << 53)
 
@@ -219,6 +228,75 @@ def predictions_frame(
     )
 
 
+def _archive_bounds(spark: SparkSession, archive_path: str) -> tuple[int, int, str]:
+    """``(first event time ms, last event time ms, largest user id)`` of an archive."""
+    bounds = (
+        spark.read.format("delta")
+        .load(archive_path)
+        .agg(
+            F.unix_millis(F.min("event_time")).alias("lo"),
+            F.unix_millis(F.max("event_time")).alias("hi"),
+            F.max("user_id").alias("top_user"),
+        )
+        .first()
+    )
+    if bounds is None or bounds["lo"] is None:
+        raise ValueError(f"archive {archive_path!r} is empty")
+    return bounds["lo"], bounds["hi"], bounds["top_user"]
+
+
+def user_tiers_frame(
+    spark: SparkSession, archive_path: str, n_versions: int = 200_000, seed: int = 13
+) -> DataFrame:
+    """The SCD type II fee-tier table as a DataFrame, unwritten (after one aggregate over the
+    archive for its time span and users).
+
+    Version ``i`` belongs to user ``i % n_users``, as its ``j = i // n_users``-th version:
+    ``j = 0`` is valid from a day before the archive's first event, ``j >= 1`` from a random
+    instant in the ``j``-th of ``K - 1`` equal slots of the archive's span (``K`` versions for
+    the busiest user), so a user's versions are strictly ordered; ``valid_to`` is the next
+    version's ``valid_from`` (null for the last). Tiers: :data:`TIERS`.
+    """
+    if n_versions < 1:
+        raise ValueError("n_versions must be > 0")
+    lo, hi, top_user = _archive_bounds(spark, archive_path)
+    n_users = int(top_user[1:]) + 1
+    width = len(top_user) - 1
+    per_user = math.ceil(n_versions / n_users)
+    slot = (hi - lo + 1) / max(per_user - 1, 1)
+
+    def valid_from(j: Column, id_col: str) -> Column:
+        later = F.lit(float(lo)) + (j - 1 + _uniform(seed, _TIER_TIME, id_col)) * F.lit(slot)
+        return F.when(j == 0, F.lit(lo - 86_400_000)).otherwise(F.floor(later).cast("long"))
+
+    df = spark.range(0, n_versions, 1, _slices(spark, n_versions)).select(
+        "id", (F.col("id") + n_users).alias("next_id")
+    )
+    j = F.floor(F.col("id") / F.lit(n_users)).cast("long")
+    u = _uniform(seed, _TIER)
+    (basic, basic_rate, basic_share), (plus, plus_rate, plus_share), (top, top_rate, _) = TIERS
+    is_basic, is_plus = u < F.lit(basic_share), u < F.lit(basic_share + plus_share)
+    tier = F.when(is_basic, basic).when(is_plus, plus).otherwise(top)
+    fee_rate = F.when(is_basic, basic_rate).when(is_plus, plus_rate).otherwise(top_rate)
+    has_next = F.col("next_id") < F.lit(n_versions)
+    return df.select(
+        F.concat(
+            F.lit("u"), F.lpad((F.col("id") % F.lit(n_users)).cast("string"), width, "0")
+        ).alias("user_id"),
+        F.timestamp_millis(valid_from(j, "id")).alias("valid_from"),
+        F.when(has_next, F.timestamp_millis(valid_from(j + 1, "next_id"))).alias("valid_to"),
+        tier.alias("tier"),
+        fee_rate.cast("double").alias("fee_rate"),
+    )
+
+
+def generate_user_tiers(
+    spark: SparkSession, path: str, archive_path: str, n_versions: int = 200_000, seed: int = 13
+) -> None:
+    """Write the fee-tier state table (SCD type II) to ``path`` (overwrite)."""
+    _write(user_tiers_frame(spark, archive_path, n_versions, seed), path)
+
+
 def _write(df: DataFrame, path: str) -> None:
     df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
@@ -233,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="distinct Kafka records")
     parser.add_argument("--predictions-rows", type=int, default=100_000, help="prediction rows")
     parser.add_argument("--seed", type=int, default=7, help="seed of the archive")
+    parser.add_argument("--user-tiers", help="also write the fee-tier state table here")
+    parser.add_argument("--tier-versions", type=int, default=200_000, help="its row count")
     args = parser.parse_args(argv)
 
     from feast_stream_backfill.spark import get_spark
@@ -247,6 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     t2 = time.perf_counter()
     print(f"predictions: {args.predictions_rows:,} rows -> {args.predictions} in {t2 - t1:.1f}s")
+    if args.user_tiers:
+        generate_user_tiers(spark, args.user_tiers, args.archive, n_versions=args.tier_versions)
+        print(f"user tiers: {args.tier_versions:,} versions -> {args.user_tiers}")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@
 The core (this package minus :mod:`feast_stream_backfill.feast`) works on plain Spark
 DataFrames and knows nothing of Feast. Data flows one way::
 
-    records -> processing_time -> watermarks -> windows/triggers -> emission log
+    records -> processing_time -> enrichment -> watermarks -> windows/triggers -> emission log
             -> (training join | online state)
 """
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import Backfill, StreamJob, backfill
-from feast_stream_backfill.errors import BadArchiveError
+from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
+from feast_stream_backfill.errors import BadArchiveError, BadStateTableError
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
@@ -21,10 +22,15 @@ __all__ = [
     "ArchivedTopic",
     "Backfill",
     "BadArchiveError",
+    "BadStateTableError",
+    "CdcLog",
+    "DeltaHistory",
     "EventTimeTrigger",
+    "Lookup",
     "PerRecordTrigger",
     "ProcessingTimeModel",
     "ProcessingTimeTrigger",
+    "ScdTable",
     "SlidingWindows",
     "StreamJob",
     "TumblingWindows",

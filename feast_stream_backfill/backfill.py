@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 
@@ -12,6 +12,12 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.emission_log import emission_log
+from feast_stream_backfill.enrichment import (
+    Lookup,
+    enrich,
+    enrichment_inputs,
+    enrichment_outputs,
+)
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.processing_time import (
     CONFLICT,
@@ -51,7 +57,10 @@ from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, SlidingWindo
 class StreamJob:
     """A keyed, windowed Flink job over archived topics: what, where, when and how.
 
-    ``operator_delay_ms`` is D3: from a firing to the sink's write.
+    ``operator_delay_ms`` is D3: from a firing to the sink's write. ``lookups`` enrich each
+    record with external state before windowing, then the ``derived`` Spark SQL expressions
+    are added (``{"amount_usd": "amount * rate"}``): aggregations may use both
+    (:mod:`feast_stream_backfill.enrichment`).
     """
 
     topics: Sequence[ArchivedTopic]
@@ -64,6 +73,8 @@ class StreamJob:
     watermark: WatermarkStrategy = field(default_factory=WatermarkStrategy)
     processing_time: ProcessingTimeModel = field(default_factory=ProcessingTimeModel)
     operator_delay_ms: int = 0
+    lookups: Sequence[Lookup] = ()
+    derived: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.topics or not self.keys or not self.aggregations:
@@ -76,6 +87,11 @@ class StreamJob:
         names = [a.name for a in self.aggregations]
         if len(set(names)) != len(names):
             raise ValueError(f"feature names must be unique, got {names}")
+        object.__setattr__(self, "lookups", tuple(self.lookups))  # equal however given
+        object.__setattr__(self, "derived", dict(self.derived))
+        added = enrichment_outputs(self.lookups, self.derived)
+        if len(set(added)) != len(added):
+            raise ValueError(f"enriched and derived column names must be unique, got {added}")
 
     @property
     def features(self) -> list[str]:
@@ -83,7 +99,12 @@ class StreamJob:
 
     @property
     def payload_columns(self) -> list[str]:
-        return list(dict.fromkeys([*self.keys, *(a.column for a in self.aggregations)]))
+        """The archive columns the job reads: keys, aggregated and enrichment inputs, less
+        the columns enrichment adds."""
+        read = [*self.keys, *(a.column for a in self.aggregations)]
+        read += enrichment_inputs(self.lookups, self.derived)
+        added = set(enrichment_outputs(self.lookups, self.derived))
+        return [c for c in dict.fromkeys(read) if c not in added]
 
 
 @dataclass
@@ -92,7 +113,8 @@ class Backfill:
     and window) and ``stats``, which account for every record read: ``records_read`` =
     ``duplicates_removed`` + the ``records_<status>`` counts (on_time, late, per_record,
     dropped, pending), which count (record, window) pairs: with sliding windows a record
-    counts once per window it belongs to."""
+    counts once per window it belongs to; with lookups, + ``records_without_state`` (records
+    an inner lookup removed)."""
 
     emissions: DataFrame
     dropped: DataFrame
@@ -145,7 +167,12 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
             f"{example[OFFSET]}; refusing to pick one"
         )
     distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
-    windowed = job.window.assign(distinct)
+    # Only enriched records are windowed, but the watermark comes from every record: in Flink
+    # those an inner lookup removes had passed the source's watermark generator.
+    enriched = None
+    if job.lookups or job.derived:
+        enriched = enrich(distinct, job.lookups, job.derived).persist(StorageLevel.MEMORY_AND_DISK)
+    windowed = job.window.assign(distinct if enriched is None else enriched)
     targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
     timeline = None
     if targets is not None:
@@ -177,9 +204,13 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
             for s in (ON_TIME, LATE, PER_RECORD, DROPPED, PENDING)
         },
     }
+    if job.lookups:  # removed by an inner lookup: no state at their lookup time
+        inner = any(lookup.how == "inner" for lookup in job.lookups)
+        distinct_count = counts["records_read"] - counts["duplicates_removed"]
+        stats["records_without_state"] = distinct_count - enriched.count() if inner else 0
     return Backfill(
         emissions=emissions,
         dropped=dropped,
         stats=stats,
-        cached=[df for df in (timed, timeline) if df is not None],
+        cached=[df for df in (timed, timeline, enriched) if df is not None],
     )

@@ -1,8 +1,8 @@
 """Emission logs kept as Delta tables, recomputed only when the job or its archives change.
 
 A backfill is expensive and its result is a pure function of the job definition and the
-archive versions, so the log is stored with that fingerprint (Delta's commit
-``userMetadata``). Readers get the stored log while the fingerprint matches; otherwise the
+versions of its archives and state tables, so the log is stored with that fingerprint (Delta's
+commit ``userMetadata``). Readers get the stored log while the fingerprint matches; otherwise the
 backfill runs again and overwrites it in one Delta transaction: reruns are idempotent.
 """
 
@@ -18,13 +18,17 @@ from feast_stream_backfill.backfill import StreamJob, backfill
 
 
 def fingerprint(spark: SparkSession, job: StreamJob) -> str | None:
-    """The job's definition and its archives' Delta versions; None if an archive is a
-    DataFrame (nothing tells whether it changed)."""
+    """The job's definition and the Delta versions of its archives and state tables; None if
+    one is a DataFrame (nothing tells whether it changed)."""
+    paths: list[str | None] = [topic.path for topic in job.topics]
+    for lookup in job.lookups:
+        state = lookup.source.delta_paths()
+        paths += [None] if state is None else state
     versions = []
-    for topic in job.topics:
-        if topic.path is None:
+    for path in paths:
+        if path is None:
             return None
-        last = DeltaTable.forPath(spark, topic.path).history(1).first()
+        last = DeltaTable.forPath(spark, path).history(1).first()
         versions.append(last["version"])
     return hashlib.sha256(repr((job, versions)).encode()).hexdigest()
 

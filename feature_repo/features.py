@@ -8,6 +8,15 @@ The Flink job this mirrors::
        .window(TumblingEventTimeWindows.of(Duration.ofMinutes(5)))
        .aggregate(sum, count, mean, max of amount)      // default trigger, no lateness
        .sinkTo(redis)
+
+and a second job over the same topic, enriched before windowing: each transaction's fee, at
+the fee rate of the user's tier as the job would have looked it up when it processed the
+record (a processing-time lookup join on an SCD type II table), summed per 5 minutes::
+
+    SELECT user_id, SUM(amount * c.fee_rate) AS fees_5m
+    FROM transactions t LEFT JOIN user_tiers FOR SYSTEM_TIME AS OF t.proc_time AS c
+      ON t.user_id = c.user_id
+    GROUP BY user_id, TUMBLE(event_time, INTERVAL '5' MINUTE)
 """
 
 from datetime import timedelta
@@ -17,7 +26,13 @@ from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Float64, Int64, String
 
-from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
+from feast_stream_backfill.enrichment import Lookup, ScdTable
+from feast_stream_backfill.feast_plugin import (
+    archive_tags,
+    backfill_tags,
+    derived_tags,
+    lookup_tags,
+)
 
 user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
 
@@ -62,4 +77,33 @@ user_spend_5m = StreamFeatureView(
     ],
     timestamp_field="event_time",
     tags=backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+)
+
+# State for enrichment: the users' fee tiers, an SCD type II table (Delta).
+user_tiers = ScdTable(
+    name="user_tiers",
+    keys=["user_id"],
+    path="data/state/user_tiers",
+    valid_from="valid_from",
+    valid_to="valid_to",
+)
+
+user_fees_5m = StreamFeatureView(
+    name="user_fees_5m",
+    source=transactions,
+    entities=[user],
+    ttl=timedelta(hours=1),
+    schema=[
+        Field(name="user_id", dtype=String),
+        Field(name="fees_5m", dtype=Float64),
+    ],
+    aggregations=[
+        Aggregation(column="fee", function="sum", time_window=WINDOW, name="fees_5m"),
+    ],
+    timestamp_field="event_time",
+    tags={
+        **backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+        **lookup_tags(Lookup(user_tiers, ["fee_rate"], time="processing", how="left")),
+        **derived_tags({"fee": "amount * fee_rate"}),
+    },
 )

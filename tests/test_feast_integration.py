@@ -25,6 +25,8 @@ import redis
 from feast import FeatureStore
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.feast_plugin.consistency import compare
+
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 FEAST = str(Path(sys.executable).parent / "feast")
 FEATURES = [
@@ -60,6 +62,21 @@ def repo(tmp_path_factory, spark, redis_server):
     ).withColumn("event_time", F.to_timestamp("ts")).drop("ts").write.format("delta").save(
         str(path / "data/archive/transactions")
     )
+    # The fee tiers of the enriched view user_fees_5m: u1 2% until 10:03, then 1%; u2 3%.
+    tiers = [
+        ("u1", "00:00", "10:03", 0.02),
+        ("u1", "10:03", None, 0.01),
+        ("u2", "00:00", None, 0.03),
+    ]
+    spark.createDataFrame(
+        [(u, f"2026-01-01 {a}:00", b and f"2026-01-01 {b}:00", r) for u, a, b, r in tiers],
+        "user_id string, valid_from string, valid_to string, fee_rate double",
+    ).select(
+        "user_id",
+        F.to_timestamp("valid_from").alias("valid_from"),
+        F.to_timestamp("valid_to").alias("valid_to"),
+        "fee_rate",
+    ).write.format("delta").save(str(path / "data/state/user_tiers"))
     os.environ["FSB_REDIS"] = redis_server
     feast("apply", cwd=path)
     return path
@@ -99,6 +116,13 @@ def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
     feast("materialize-incremental", "2026-01-01T10:20:00", cwd=repo)
     assert online(repo, ["u1", "u2"])["spend_5m"] == [4.0, 7.0]
 
+    # Serving and training agree at 10:20 on every key and feature.
+    store = FeatureStore(repo_path=str(repo))
+    mismatches = compare(store, "user_spend_5m", t("10:20:00"))
+    assert mismatches == {
+        f: 0 for f in ("spend_5m", "transactions_5m", "mean_amount_5m", "max_amount_5m")
+    }
+
 
 def test_training_rows_see_a_window_only_once_it_fired(repo):
     entity_df = pd.DataFrame(
@@ -137,3 +161,25 @@ def test_materialize_against_a_dead_redis_fails_clearly(repo, tmp_path):
     )
     assert done.returncode != 0
     assert "cannot reach the online store at '127.0.0.1:1'" in done.stdout + done.stderr
+
+
+def test_the_enriched_view_sums_fees_at_the_tier_rate_of_processing_time(repo):
+    # user_fees_5m: sum(amount x fee_rate), the rate looked up at each record's pt (= et here).
+    # [10:00, 10:05), fired at 10:06:00: u1 $10, $20 at 2%, $5 at 10:04:59 at 1% = 0.65;
+    # u2 $3 at 3% = 0.09. [10:05, 10:10), fired at 10:10:30: u1 $4 x 1%, u2 $7 x 3%.
+    store = FeatureStore(repo_path=str(repo))
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["u1", "u2", "u1", "u2"],
+            "event_timestamp": [t("10:06:00"), t("10:06:00"), t("10:10:30"), t("10:10:30")],
+        }
+    )
+    df = store.get_historical_features(
+        entity_df=entity_df, features=["user_fees_5m:fees_5m"]
+    ).to_df()
+    assert list(df["fees_5m"]) == pytest.approx([0.65, 0.09, 0.04, 0.21])
+    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+    online = store.get_online_features(
+        ["user_fees_5m:fees_5m"], [{"user_id": "u1"}, {"user_id": "u2"}]
+    ).to_dict()
+    assert online["fees_5m"] == pytest.approx([0.04, 0.21])

@@ -18,10 +18,12 @@ from pyspark.sql.types import (
 )
 
 from examples.generate import (
+    TIERS,
     archive_frame,
     generate_archive,
     generate_predictions,
     predictions_frame,
+    user_tiers_frame,
 )
 
 N_RECORDS = 20_000
@@ -251,3 +253,47 @@ def test_predictions_are_deterministic(spark, paths):
     written = spark.read.format("delta").load(paths["predictions"])
     again = predictions_frame(spark, paths["archive"], n_rows=N_PREDICTIONS, seed=11)
     assert written.exceptAll(again).isEmpty() and again.exceptAll(written).isEmpty()
+
+
+def test_user_tiers_are_an_scd2_table_covering_the_archive(spark, paths, archive):
+    n_versions = 120_000
+    tiers = user_tiers_frame(spark, paths["archive"], n_versions=n_versions).cache()
+    assert [f.name for f in tiers.schema] == [
+        "user_id",
+        "valid_from",
+        "valid_to",
+        "tier",
+        "fee_rate",
+    ]
+    assert tiers.count() == n_versions
+    lo, hi = archive.agg(F.min("event_time"), F.max("event_time")).first()
+    by_user = Window.partitionBy("user_id").orderBy("valid_from")
+    checked = (
+        tiers.select(
+            "*",
+            F.row_number().over(by_user).alias("j"),
+            F.lead("valid_from").over(by_user).alias("next_from"),
+        )
+        .agg(
+            F.sum((F.col("valid_to").isNull() != F.col("next_from").isNull()).cast("int")).alias(
+                "bad_end"
+            ),
+            F.sum((F.col("valid_to") != F.col("next_from")).cast("int")).alias("gaps"),
+            F.sum((F.col("valid_to") <= F.col("valid_from")).cast("int")).alias("empty"),
+            F.max(F.when(F.col("j") == 1, F.col("valid_from"))).alias("latest_first"),
+            F.min(F.when(F.col("j") > 1, F.col("valid_from"))).alias("earliest_change"),
+            F.max("valid_from").alias("latest_change"),
+            F.countDistinct("user_id").alias("users"),
+        )
+        .first()
+    )
+    assert checked["bad_end"] == checked["gaps"] == checked["empty"] == 0
+    assert checked["latest_first"] < lo, "every user has a tier before the archive starts"
+    assert lo <= checked["earliest_change"] and checked["latest_change"] <= hi
+    top_user = archive.agg(F.max("user_id")).first()[0]
+    assert checked["users"] == int(top_user[1:]) + 1
+    rates = {(r.tier, r.fee_rate) for r in tiers.select("tier", "fee_rate").distinct().collect()}
+    assert rates == {(tier, rate) for tier, rate, _ in TIERS}
+    again = user_tiers_frame(spark, paths["archive"], n_versions=n_versions)
+    assert tiers.exceptAll(again).isEmpty(), "deterministic"
+    tiers.unpersist()

@@ -1,5 +1,11 @@
 """The thin Feast layer: definitions from Feast objects, an offline store, a compute engine."""
 
-from feast_stream_backfill.feast_plugin.definitions import archive_tags, backfill_tags, stream_job
+from feast_stream_backfill.feast_plugin.definitions import (
+    archive_tags,
+    backfill_tags,
+    derived_tags,
+    lookup_tags,
+    stream_job,
+)
 
-__all__ = ["archive_tags", "backfill_tags", "stream_job"]
+__all__ = ["archive_tags", "backfill_tags", "derived_tags", "lookup_tags", "stream_job"]

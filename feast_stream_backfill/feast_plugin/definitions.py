@@ -5,11 +5,16 @@ What Feast already models is taken from Feast: the archive is the ``KafkaSource`
 ``watermark_delay_threshold``, the window and functions the ``StreamFeatureView``'s
 ``aggregations``, the key its entities. What Feast has no field for (processing-time delays,
 watermark interval and emission, allowed lateness, operator delay, partition and offset
-columns) travels in tags, which survive ``feast apply`` and the registry: no side files.
+columns, enrichment lookups and derived columns) travels in tags, which survive ``feast
+apply`` and the registry: no side files.
 """
 
 from __future__ import annotations
 
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import fields, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +22,7 @@ from feast import StreamFeatureView
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
+from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import (
@@ -70,6 +76,119 @@ def archive_tags(
 ) -> dict[str, str]:
     """Tags for the archive's ``FileSource``: where Kafka's partition and offset are."""
     return {PREFIX + "partition_column": partition_column, PREFIX + "offset_column": offset_column}
+
+
+LOOKUP, DERIVED = PREFIX + "lookup.", PREFIX + "derived."
+_SOURCE_KINDS = {"scd": ScdTable, "cdc": CdcLog, "delta": DeltaHistory}
+_LISTS, _INTS, _BOOLS = {"keys", "delete_ops"}, {"snapshot_time_ms"}, {"change_data_feed"}
+
+
+def _encode(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(text.split(",")) if text else ()
+
+
+def _decode(name: str, text: str) -> object:
+    if name in _LISTS:
+        return _split(text)
+    if text == "":
+        return None
+    if name in _INTS:
+        return int(text)
+    if name in _BOOLS:
+        return text == "true"
+    return text
+
+
+def lookup_tags(*lookups: Lookup) -> dict[str, str]:
+    """Tags for a ``StreamFeatureView`` (or its ``KafkaSource``): enrichment lookups, applied
+    in the order given, each as ``stream_backfill.lookup.<state table name>.*``. The state
+    tables must be Delta paths; relative ones are relative to the feature repo."""
+    tags: dict[str, str] = {}
+    for position, lookup in enumerate(lookups):
+        source = lookup.source
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", source.name):
+            raise ValueError(f"{source.where}: a declared state table's name is [A-Za-z0-9_-]+")
+        if source.delta_paths() is None:
+            raise ValueError(
+                f"{source.where}: a Feast declaration needs Delta paths, not DataFrames"
+            )
+        base = f"{LOOKUP}{source.name}."
+        if base + "position" in tags:
+            raise ValueError(f"{source.where}: two lookups of one state table need two names")
+        kind = next(k for k, cls in _SOURCE_KINDS.items() if isinstance(source, cls))
+        tags[base + "position"] = str(position)
+        tags[base + "table"] = kind
+        for f in fields(source):
+            if f.compare and f.name != "name":  # DataFrame fields do not compare
+                tags[base + "table." + f.name] = _encode(getattr(source, f.name))
+        tags[base + "on"] = ",".join(f"{r}={s}" for r, s in lookup.on.items())
+        tags[base + "attributes"] = _encode(lookup.attributes)
+        tags[base + "time"] = lookup.time
+        tags[base + "delay_ms"] = str(lookup.delay_ms)
+        tags[base + "how"] = lookup.how
+        tags[base + "prefix"] = lookup.prefix
+    return tags
+
+
+def derived_tags(derived: Mapping[str, str]) -> dict[str, str]:
+    """Tags for derived columns: ``{name: Spark SQL expression}`` evaluated after the lookups
+    (``{"fee": "amount * fee_rate"}``), as ``stream_backfill.derived.<name>``."""
+    return {DERIVED + name: expression for name, expression in derived.items()}
+
+
+def _lookups(tags: Mapping[str, str], repo_path: Path | str | None) -> list[Lookup]:
+    declared: dict[str, dict[str, str]] = defaultdict(dict)
+    for key, value in tags.items():
+        if key.startswith(LOOKUP):
+            name, _, field = key[len(LOOKUP) :].partition(".")
+            declared[name][field] = value
+    lookups = []
+    for name, options in sorted(declared.items(), key=lambda kv: int(kv[1].get("position", 0))):
+        where = f"lookup tags {LOOKUP}{name}.*"
+        kind = options.get("table")
+        if kind not in _SOURCE_KINDS:
+            raise ValueError(f"{where}: table must be one of {list(_SOURCE_KINDS)}, got {kind!r}")
+        table = {
+            f[len("table.") :]: _decode(f[len("table.") :], v)
+            for f, v in options.items()
+            if f.startswith("table.")
+        }
+        source = _SOURCE_KINDS[kind](name=name, **table)
+        source = replace(
+            source,
+            **{
+                f: resolve_path(getattr(source, f), repo_path)
+                for f in ("path", "snapshot_path")
+                if getattr(source, f, None)
+            },
+        )
+        pairs = [p.split("=", 1) for p in options.get("on", "").split(",") if p]
+        lookups.append(
+            Lookup(
+                source,
+                _split(options.get("attributes", "")),
+                on=dict(pairs) or None,
+                time=options.get("time", "processing"),  # type: ignore[arg-type]
+                delay_ms=int(options.get("delay_ms", "0")),
+                how=options.get("how", "left"),  # type: ignore[arg-type]
+                prefix=options.get("prefix", ""),
+            )
+        )
+    return lookups
+
+
+def _derived(tags: Mapping[str, str]) -> dict[str, str]:
+    return {k[len(DERIVED) :]: v for k, v in sorted(tags.items()) if k.startswith(DERIVED)}
 
 
 def resolve_path(path: str, repo_path: Path | str | None) -> str:
@@ -149,4 +268,6 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
         ),
         processing_time=ProcessingTimeModel(ms("min_gap"), ms("min_delay")),
         operator_delay_ms=ms("operator_delay"),
+        lookups=_lookups(tags, repo_path),
+        derived=_derived(tags),
     )
