@@ -176,7 +176,10 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
     timeline = None
     if targets is not None:
-        timeline = watermark_reaches(distinct, targets, job.watermark)
+        bounds = {
+            t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
+        }
+        timeline = watermark_reaches(distinct, targets, job.watermark, bounds)
         timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
     classified = job.trigger.classify(windowed, timeline)
     firings = job.trigger.firings(classified, job.keys, job.aggregations)

@@ -20,7 +20,7 @@ class ArchivedTopic:
     """A Kafka topic archived as a table: partition, offset, event time, keys, payload.
 
     Give ``path`` (a Delta table, local or ``s3a://``) or, to use the core on any Spark data,
-    ``dataframe``.
+    ``dataframe``. ``out_of_orderness_ms`` overrides the job's B for this topic's partitions.
     """
 
     name: str
@@ -28,6 +28,7 @@ class ArchivedTopic:
     partition_col: str = "partition"
     offset_col: str = "offset"
     timestamp_col: str = "event_time"
+    out_of_orderness_ms: int | None = None
     dataframe: DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -18,6 +18,7 @@ before a watermark iff its position is ``<=`` the watermark's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -86,17 +87,25 @@ class WatermarkStrategy:
 
 
 def watermark_reaches(
-    records: DataFrame, targets: DataFrame, strategy: WatermarkStrategy
+    records: DataFrame,
+    targets: DataFrame,
+    strategy: WatermarkStrategy,
+    bounds: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """For each ``_target`` (epoch ms), ``_pos``: the first watermark with ``W >= _target``.
 
     ``records`` are the distinct records of every source partition, with ``_pt``. Targets the
     watermark never reaches before the archive ends are absent (a live job has not fired them
     yet). A partition without any record holds the watermark back forever, as in Flink.
+    ``bounds`` gives a topic its own out-of-orderness B (Flink: one watermark strategy per
+    source); other topics use the strategy's.
     """
     partitions = records.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
-    threshold = F.col(TARGET) + strategy.out_of_orderness_ms + 1
+    bound: Column = F.lit(strategy.out_of_orderness_ms)
+    for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
+        bound = F.when(F.col(TOPIC) == topic, F.lit(topic_bound)).otherwise(bound)
+    threshold = F.col(TARGET) + bound + 1
     sweep = records.select(
         TOPIC,
         PARTITION,

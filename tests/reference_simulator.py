@@ -30,6 +30,7 @@ class Job:
     domain: str = "event"  # or "processing": windows placed and fired by processing time
     trigger: str = "default"  # or "per_record" (CountTrigger.of(1))
     combine: str = "min"  # or "max" across partitions
+    topic_bounds: tuple = ()  # ((topic, B), ...): a topic's own out-of-orderness
     bound: int = 0  # B
     interval: int = 200  # I
     emission: str = "periodic"
@@ -99,7 +100,10 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
 
     def advance_watermark(now: int) -> None:
         nonlocal watermark
-        watermark = max(watermark, combine(m - job.bound - 1 for m in max_et.values()))
+        bounds = dict(job.topic_bounds)
+        watermark = max(
+            watermark, combine(m - bounds.get(p[0], job.bound) - 1 for p, m in max_et.items())
+        )
         for timer in sorted(t for t in event_timers if t[0] <= watermark):
             event_timers.discard(timer)
             emit(timer[1], timer[2], now, "on_time")

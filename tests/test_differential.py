@@ -82,6 +82,7 @@ jobs = st.builds(
     domain=st.sampled_from(["event", "event", "processing"]),
     trigger=st.sampled_from(["default", "default", "per_record"]),
     combine=st.sampled_from(["min", "min", "max"]),
+    topic_bounds=st.sampled_from([(), (), (("t2", 40),), (("t1", 0), ("t2", 15))]),
     window_offset=st.sampled_from([0, 7]),
     bound=st.sampled_from([0, 5, 30]),
     interval=st.sampled_from([1, 7, 50, 200]),
@@ -100,9 +101,12 @@ def spark_backfill(spark, records: list[Record], job: Job):
         df = spark.createDataFrame(
             rows, "partition int, offset long, et long, user string, amount double"
         )
+        bound = dict(job.topic_bounds).get(name)
         topics.append(
             ArchivedTopic(
-                name, dataframe=df.withColumn("event_time", F.timestamp_millis("et")).drop("et")
+                name,
+                out_of_orderness_ms=bound,
+                dataframe=df.withColumn("event_time", F.timestamp_millis("et")).drop("et"),
             )
         )
     spec = StreamJob(

@@ -117,3 +117,27 @@ def test_a_trigger_of_the_other_time_domain_is_refused(make_archive):
             window=TumblingWindows(10, domain="processing"),
             trigger=EventTimeTrigger(),
         )
+
+
+@pytest.mark.parametrize(("t2_bound", "fires_at"), [(None, 20), (15, 30), (25, None)])
+def test_each_topic_has_its_own_out_of_orderness(make_archive, t2_bound, fires_at):
+    # Window [0, 10), maxTs 9, job B = 0. t1 (et 1, 12) passes 9 + 0 + 1 = 10 at pt 12.
+    # t2 (et 2, 20, 30) with B = 0 passes 10 at pt 20; with B = 15 it must reach
+    # 9 + 15 + 1 = 25: et 30 at pt 30; with B = 25 it must reach 35: never.
+    from feast_stream_backfill import backfill
+
+    t1 = make_archive([(0, 0, 1, "a", 1.0), (0, 1, 12, "a", 2.0)])
+    t2 = make_archive([(0, 0, 2, "a", 4.0), (0, 1, 20, "b", 8.0), (0, 2, 30, "b", 16.0)])
+    job = StreamJob(
+        topics=[
+            ArchivedTopic("t1", dataframe=t1),
+            ArchivedTopic("t2", out_of_orderness_ms=t2_bound, dataframe=t2),
+        ],
+        keys=["user"],
+        window=TumblingWindows(10),
+        watermark=WatermarkStrategy(interval_ms=10),
+        aggregations=[Aggregation("amount", "sum", "s")],
+    )
+    emissions = backfill(t1.sparkSession, job).emissions.collect()
+    fired = [(r.user, r.window_start, r.emit_time, r.s) for r in emissions]
+    assert fired == ([] if fires_at is None else [("a", ms(0), ms(fires_at), 5.0)])
