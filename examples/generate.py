@@ -202,19 +202,7 @@ def predictions_frame(
     """The prediction events as a DataFrame, unwritten (after one aggregate over the archive)."""
     if n_rows < 1:
         raise ValueError("n_rows must be > 0")
-    bounds = (
-        spark.read.format("delta")
-        .load(archive_path)
-        .agg(
-            F.unix_millis(F.min("event_time")).alias("lo"),
-            F.unix_millis(F.max("event_time")).alias("hi"),
-            F.max("user_id").alias("top_user"),
-        )
-        .first()
-    )
-    if bounds is None or bounds["lo"] is None:
-        raise ValueError(f"archive {archive_path!r} is empty")
-    lo, hi, top_user = bounds["lo"], bounds["hi"], bounds["top_user"]
+    lo, hi, top_user = _archive_bounds(spark, archive_path)
     # User ids are "u" + a zero-padded index: the largest one bounds the archive's users.
     n_users = int(top_user[1:]) + 1
     width = len(top_user) - 1

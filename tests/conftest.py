@@ -26,6 +26,31 @@ def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFr
     return df.withColumn("event_time", F.timestamp_millis("et")).drop("et")
 
 
+def collect_log(result) -> tuple[list[tuple], dict[tuple, int]]:
+    """A backfill's emissions and dropped counts in the simulator's shape (times in ms)."""
+    ms = F.unix_millis
+    emissions = [
+        tuple(r)
+        for r in result.emissions.select(
+            "user",
+            ms("window_start"),
+            ms("window_end"),
+            ms("emit_time"),
+            "emit_sequence",
+            "firing",
+            "record_count",
+            "sum",
+            "min",
+            "max",
+        ).collect()
+    ]
+    dropped = {
+        (r[0], r[1]): r[2]
+        for r in result.dropped.select("user", ms("window_start"), "dropped_count").collect()
+    }
+    return emissions, dropped
+
+
 @pytest.fixture
 def make_archive(spark):
     return lambda rows, key="user": archive(spark, rows, key)

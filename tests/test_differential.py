@@ -24,6 +24,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
 
 settings.register_profile(
@@ -130,27 +131,7 @@ def spark_backfill(spark, records: list[Record], job: Job):
         operator_delay_ms=job.operator_delay,
     )
     result = backfill(spark, spec)
-    ms = F.unix_millis
-    emissions = [
-        tuple(r)
-        for r in result.emissions.select(
-            "user",
-            ms("window_start"),
-            ms("window_end"),
-            ms("emit_time"),
-            "emit_sequence",
-            "firing",
-            "record_count",
-            "sum",
-            "min",
-            "max",
-        ).collect()
-    ]
-    dropped = {
-        (r[0], r[1]): r[2]
-        for r in result.dropped.select("user", ms("window_start"), "dropped_count").collect()
-    }
-    return emissions, dropped
+    return collect_log(result)
 
 
 @given(records=archives(), job=jobs)

@@ -26,6 +26,7 @@ from feast_stream_backfill import (
     backfill,
 )
 from feast_stream_backfill.enrichment import CdcLog, Lookup, ScdTable
+from tests.conftest import collect_log
 from tests.reference_enrichment import (
     NO_RATE,
     Cdc,
@@ -186,25 +187,7 @@ def spark_backfill(spark, transactions: list[Transaction], lookup: RateLookup, j
         derived={"value": f"amount * coalesce(rate, {NO_RATE}D)"},
     )
     result = backfill(spark, spec)
-    ms = F.unix_millis
-    columns = ["window_start", "window_end", "emit_time"]
-    emissions = [
-        tuple(r)
-        for r in result.emissions.select(
-            "user",
-            *[ms(c) for c in columns],
-            "emit_sequence",
-            "firing",
-            "record_count",
-            "sum",
-            "min",
-            "max",
-        ).collect()
-    ]
-    dropped = {
-        (r[0], r[1]): r[2]
-        for r in result.dropped.select("user", ms("window_start"), "dropped_count").collect()
-    }
+    emissions, dropped = collect_log(result)
     result.release()
     return emissions, dropped, result.stats
 
