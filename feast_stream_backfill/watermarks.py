@@ -25,6 +25,7 @@ from typing import Literal
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.idleness import combine_with_idleness, idle_periods
 from feast_stream_backfill.processing_time import PROCESSING_TIME
 from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
 
@@ -59,13 +60,16 @@ class WatermarkStrategy:
     ``"on_event"`` after every record. Ticks are at multiples of ``interval_ms`` since the epoch.
     ``combine="min"`` is Flink's source (MIN over partitions); ``"max"`` is the seed's
     simplification (readers perfectly aligned), also what one reader does when the watermark
-    is assigned after the source.
+    is assigned after the source. ``idle_timeout_ms`` is ``withIdleness(T)``: checked on the
+    ticks only, so with ``interval_ms=0`` nothing ever goes idle, as in Flink
+    (:mod:`feast_stream_backfill.idleness`).
     """
 
     out_of_orderness_ms: int = 0
     interval_ms: int = 200
     emission: Literal["periodic", "on_event"] = "periodic"
     combine: Literal["min", "max"] = "min"
+    idle_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.out_of_orderness_ms < 0 or self.interval_ms < 0:
@@ -76,6 +80,14 @@ class WatermarkStrategy:
             raise ValueError(f"combine must be 'min' or 'max', got {self.combine!r}")
         if self.emission == "periodic" and self.interval_ms == 0:
             raise ValueError("periodic watermarks need interval_ms > 0 (0 turns the timer off)")
+        if self.idle_timeout_ms is not None and self.idle_timeout_ms <= 0:
+            raise ValueError(f"idle_timeout_ms must be > 0 (Flink's), got {self.idle_timeout_ms}")
+        if self.idle_timeout_ms and self.combine == "max":
+            raise ValueError("idleness applies to Flink's MIN combination, not the MAX mode")
+
+    @property
+    def detects_idleness(self) -> bool:
+        return bool(self.idle_timeout_ms and self.interval_ms)
 
     def emitted_at(self, reached: Column) -> Column:
         """The position of the first watermark reflecting the record at ``reached``."""
@@ -102,6 +114,11 @@ def watermark_reaches(
     """
     partitions = records.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
+    if strategy.detects_idleness and records.select(TOPIC).distinct().count() > 1:
+        raise ValueError(
+            "idleness with several topics (Flink's StatusWatermarkValve across "
+            "sources) is not modelled yet: use one topic, or no idleness"
+        )
     bound: Column = F.lit(strategy.out_of_orderness_ms)
     for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
         bound = F.when(F.col(TOPIC) == topic, F.lit(topic_bound)).otherwise(bound)
@@ -133,6 +150,8 @@ def watermark_reaches(
     per_partition = sweep.withColumn(
         REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
     ).where(F.col("_kind") == 1)
+    if strategy.detects_idleness:
+        return _reaches_with_idleness(records, per_partition, partitions, strategy)
     if strategy.combine == "max":  # the first partition to reach it decides
         reached = per_partition.groupBy(TARGET).agg(F.min(REACHED).alias(REACHED))
     else:  # every partition must have reached it; the last one decides
@@ -143,3 +162,29 @@ def watermark_reaches(
         )
     reached = reached.where(F.col(REACHED).isNotNull())
     return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))
+
+
+def _reaches_with_idleness(
+    records: DataFrame, per_partition: DataFrame, partitions: DataFrame, strategy: WatermarkStrategy
+) -> DataFrame:
+    """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`)."""
+    interval = strategy.interval_ms
+    bounds = records.agg(F.min(PROCESSING_TIME), F.max(PROCESSING_TIME)).first()
+    horizon = -(-bounds[1] // interval) * interval  # the last tick: the archive's end
+    idle = idle_periods(
+        records, record_position(), interval, strategy.idle_timeout_ms, bounds[0], horizon
+    )
+    levels = (
+        per_partition.select(TARGET)
+        .distinct()
+        .withColumn("_level", F.dense_rank().over(Window.orderBy(TARGET)))
+    )
+    reached = per_partition.where(F.col(REACHED).isNotNull()).join(F.broadcast(levels), TARGET)
+    crossed = combine_with_idleness(
+        reached,
+        idle,
+        [(r[TOPIC], r[PARTITION]) for r in partitions.collect()],
+        strategy.emission,
+        interval,
+    )
+    return crossed.join(F.broadcast(levels), "_level").select(TARGET, F.col("_pos").alias(POSITION))

@@ -38,6 +38,43 @@ class Job:
     min_gap: int = 0  # D1
     min_delay: int = 0  # D2
     operator_delay: int = 0  # D3
+    idleness: int = 0  # withIdleness(T); 0: off
+
+
+class Split:
+    """One partition: Flink's generator wrapped by ``WatermarksWithIdleness``, and the
+    partial watermark ``WatermarkOutputMultiplexer`` keeps for it."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.max_et = -math.inf
+        self.partial = -math.inf
+        self.idle = False
+        self.counter = 0  # IdlenessTimer: records seen
+        self.last_counter = 0
+        self.inactive_since: int | None = None
+
+    def emit(self) -> None:
+        """``PartialWatermark.setWatermark``: never lower, and active again."""
+        self.partial = max(self.partial, self.max_et - self.bound - 1)
+        self.idle = False
+
+    def check_idle(self, now: int, timeout: int) -> bool:
+        """``IdlenessTimer.checkIfIdle``, on a periodic tick."""
+        if self.counter != self.last_counter:
+            self.last_counter = self.counter
+            self.inactive_since = None
+            return False
+        if self.inactive_since is None:
+            self.inactive_since = now
+            return False
+        return now - self.inactive_since > timeout
+
+
+def source_watermark(splits: list[Split]) -> float:
+    """``CombinedWatermarkStatus`` (Flink 2.3): MIN over active splits; all idle: MAX."""
+    active = [s.partial for s in splits if not s.idle]
+    return min(active) if active else max(s.partial for s in splits)
 
 
 def processing_times(records: list[Record], job: Job) -> list[tuple[int, Record]]:
@@ -72,9 +109,12 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
     """Returns (emissions, dropped). An emission is (key, window_start, window_end,
     emit_time, emit_sequence, firing, count, sum, min, max); dropped maps (key, start) -> n."""
     timed = processing_times(records, job)
-    partitions = {(r.topic, r.partition) for _, r in timed}
-    max_et: dict[tuple, float] = {p: -math.inf for p in partitions}
-    combine = min if job.combine == "min" else max
+    bounds = dict(job.topic_bounds)
+    splits = {(r.topic, r.partition): Split(bounds.get(r.topic, job.bound)) for _, r in timed}
+    by_topic: dict[str, list[Split]] = defaultdict(list)
+    for (topic, _), split in splits.items():
+        by_topic[topic].append(split)
+    topic_watermark = {topic: -math.inf for topic in by_topic}
     watermark = -math.inf
     contents: dict[tuple, list[float]] = defaultdict(list)  # (key, start) -> values
     event_timers: set[tuple] = set()  # (maxTs, key, start)
@@ -99,14 +139,27 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         )
 
     def advance_watermark(now: int) -> None:
+        """Each source combines its splits, the operator takes MIN over sources (or the seed's
+        MAX over every partition); no watermark ever goes down. Then due timers fire."""
         nonlocal watermark
-        bounds = dict(job.topic_bounds)
-        watermark = max(
-            watermark, combine(m - bounds.get(p[0], job.bound) - 1 for p, m in max_et.items())
-        )
+        if job.combine == "max":
+            watermark = max(watermark, max(s.partial for s in splits.values()))
+        else:
+            for topic, topic_splits in by_topic.items():
+                topic_watermark[topic] = max(topic_watermark[topic], source_watermark(topic_splits))
+            watermark = max(watermark, min(topic_watermark.values()))
         for timer in sorted(t for t in event_timers if t[0] <= watermark):
             event_timers.discard(timer)
             emit(timer[1], timer[2], now, "on_time")
+
+    def tick(now: int) -> None:
+        """The periodic timer: idleness checks, periodic emission, then the combination."""
+        for split in splits.values():
+            if job.idleness and split.check_idle(now, job.idleness):
+                split.idle = True
+            elif job.emission == "periodic":
+                split.emit()
+        advance_watermark(now)
 
     def advance_clock(before: float) -> None:
         """Processing-time timers strictly before ``before`` (records of a ms come first)."""
@@ -130,25 +183,24 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
                 emit(r.key, start, pt, "late")
             else:
                 event_timers.add((max_ts, r.key, start))
-        max_et[(r.topic, r.partition)] = max(max_et[(r.topic, r.partition)], r.et)
+        split = splits[(r.topic, r.partition)]
+        split.max_et = max(split.max_et, r.et)
+        split.counter += 1
         if job.emission == "on_event":
+            split.emit()
             advance_watermark(pt)
 
-    next_tick = 0
+    next_tick = -(-timed[0][0] // job.interval) * job.interval if timed and job.interval else 0
     for pt, r in timed:
         advance_clock(pt)
-        if job.emission == "periodic":
-            if next_tick == 0:
-                next_tick = (pt // job.interval) * job.interval
-            while next_tick < pt:  # a record and a tick at the same ms: the record first
-                advance_watermark(next_tick)
-                next_tick += job.interval
+        while job.interval and next_tick < pt:  # a record and a tick at the same ms: record first
+            tick(next_tick)
+            next_tick += job.interval
         process(pt, r)
     advance_clock(math.inf)  # a live job's clock goes on: every processing-time window fires
-    if job.emission == "periodic" and timed:
-        last = timed[-1][0]
-        while next_tick <= -(-last // job.interval) * job.interval:
-            advance_watermark(next_tick)
+    if job.interval and timed:  # ticks up to the first one at or after the last record
+        while next_tick <= -(-timed[-1][0] // job.interval) * job.interval:
+            tick(next_tick)
             next_tick += job.interval
 
     sequence: dict[tuple, int] = defaultdict(int)

@@ -1,0 +1,120 @@
+"""Idleness (``withIdleness(T)``), every expectation computed by hand, Spark and simulator alike.
+
+All scenarios: ticks every I = 100 ms, T = 250 ms, B = 0, tumbling windows, one topic. Flink's
+IdlenessTimer checks on ticks: the first tick with no new record starts the clock, a tick more
+than T later marks the partition idle. After a last record at ``a`` that is the tick
+``ceil_I(a) + I + (floor(T/I) + 1) * I`` = ``ceil_I(a) + 400``; before a partition's first
+record, ``ceil_I(S) + 300`` with S the job's first processing time.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import functions as F
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    EventTimeTrigger,
+    ProcessingTimeModel,
+    StreamJob,
+    TumblingWindows,
+    WatermarkStrategy,
+    backfill,
+)
+from tests.reference_simulator import Job, Record, simulate
+
+TICK, T = 100, 250
+
+
+def spark_log(make_archive, rows, size, strategy, min_gap=0):
+    job = StreamJob(
+        topics=[ArchivedTopic("t", dataframe=make_archive(rows))],
+        keys=["user"],
+        window=TumblingWindows(size),
+        aggregations=[Aggregation("amount", "sum", "sum")],
+        trigger=EventTimeTrigger(),
+        watermark=strategy,
+        processing_time=ProcessingTimeModel(min_gap_ms=min_gap),
+    )
+    result = backfill(make_archive([]).sparkSession, job)
+    ms = F.unix_millis
+    rows = result.emissions.select(
+        "user", ms("window_start"), ms("window_end"), ms("emit_time"), "record_count"
+    ).collect()
+    return sorted(tuple(r) for r in rows), result.stats["records_pending"]
+
+
+def simulated(rows, size, idleness, emission="periodic", interval=TICK, min_gap=0):
+    records = [Record("t", p, o, et, k, v) for p, o, et, k, v in rows]
+    job = Job(size=size, interval=interval, emission=emission, idleness=idleness, min_gap=min_gap)
+    emissions, _ = simulate(records, job)
+    return sorted((e[0], e[1], e[2], e[3], e[6]) for e in emissions)
+
+
+# p1's only record is at 50: it goes idle at tick ceil(50) + 400 = 500; from then on p0 alone
+# moves the watermark, and its record at 1100 fires both [0, 1000) windows at tick 1100.
+# Without idleness p1 holds the watermark at 49 forever: nothing fires.
+QUIET = [(0, 0, 100, "a", 1.0), (0, 1, 500, "a", 2.0), (0, 2, 1100, "a", 4.0), (1, 0, 50, "b", 8.0)]
+
+
+def test_an_idle_partition_no_longer_holds_the_watermark_back(make_archive):
+    expected = [("a", 0, 1000, 1100, 2), ("b", 0, 1000, 1100, 1)]
+    assert simulated(QUIET, 1000, T) == expected
+    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    assert spark_log(make_archive, QUIET, 1000, idle) == (expected, 1)
+    assert spark_log(make_archive, QUIET, 1000, WatermarkStrategy(interval_ms=TICK)) == ([], 4)
+
+
+def test_idleness_needs_the_periodic_timer(make_archive):
+    # Flink checks idleness in onPeriodicEmit: with I = 0 nothing ever goes idle.
+    off = WatermarkStrategy(interval_ms=0, emission="on_event", idle_timeout_ms=T)
+    assert simulated(QUIET, 1000, T, emission="on_event", interval=0) == []
+    assert spark_log(make_archive, QUIET, 1000, off) == ([], 4)
+
+
+def test_idleness_with_on_event_watermarks(make_archive):
+    # p1 idle at tick 500 as above; p0's record at 1100 emits its watermark 1099 at once: the
+    # windows fire at the record, not at a tick.
+    on_event = WatermarkStrategy(interval_ms=TICK, emission="on_event", idle_timeout_ms=T)
+    expected = [("a", 0, 1000, 1100, 2), ("b", 0, 1000, 1100, 1)]
+    assert simulated(QUIET, 1000, T, emission="on_event") == expected
+    assert spark_log(make_archive, QUIET, 1000, on_event) == (expected, 1)
+
+
+# p1 starts late (first record at 2000): idle before it from tick ceil(S=100) + 300 = 400.
+# p0 goes idle at ceil(100) + 400 = 500 (every partition idle: the watermark flushes to the
+# MAX, 99), wakes at 1100 and alone fires [0, 1000) at tick 1100. p1's first record wakes it
+# at 2000 while p0 (last record 1100) has been idle since 1500: [1000, 2000) fires at 2000.
+# Without idleness p1 holds the watermark at -inf until 2000, then at min(1099, 1999).
+LATE_START = [(0, 0, 100, "a", 1.0), (0, 1, 1100, "a", 2.0), (1, 0, 2000, "b", 4.0)]
+
+
+def test_a_partition_that_has_produced_nothing_goes_idle_from_the_start(make_archive):
+    expected = [("a", 0, 1000, 1100, 1), ("a", 1000, 2000, 2000, 1)]
+    assert simulated(LATE_START, 1000, T) == expected
+    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    assert spark_log(make_archive, LATE_START, 1000, idle) == (expected, 1)
+    held = WatermarkStrategy(interval_ms=TICK)
+    assert spark_log(make_archive, LATE_START, 1000, held) == ([("a", 0, 1000, 2000, 1)], 2)
+
+
+# With D1 = 100 p1's six records at et 100 are read at pt 100..600: p1 goes idle last (tick
+# 1000) with the LOWER watermark, 99; p0 (et 400 at pt 400) went idle at 800 with 399. Flink
+# 2.3's CombinedWatermarkStatus, every split idle, flushes to the MAX: W = 399 at tick 1000, so
+# b's [0, 200) fires then, not when p0 wakes at 2000. a's [400, 600) fires at 2000.
+FLUSH = [(1, o, 100, "b", 1.0) for o in range(6)] + [(0, 0, 400, "a", 2.0), (0, 1, 2000, "a", 4.0)]
+
+
+def test_every_partition_idle_flushes_to_the_max_watermark(make_archive):
+    expected = [("a", 400, 600, 2000, 1), ("b", 0, 200, 1000, 6)]
+    assert simulated(FLUSH, 200, T, min_gap=100) == expected
+    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    assert spark_log(make_archive, FLUSH, 200, idle, min_gap=100) == (expected, 1)
+
+
+def test_idleness_is_refused_where_it_is_not_modelled():
+    with pytest.raises(ValueError, match="MAX"):
+        WatermarkStrategy(combine="max", idle_timeout_ms=T)
+    with pytest.raises(ValueError, match="> 0"):
+        WatermarkStrategy(idle_timeout_ms=0)
