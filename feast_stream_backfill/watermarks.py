@@ -25,9 +25,10 @@ from typing import Literal
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.idleness import combine_with_idleness, idle_periods
+from feast_stream_backfill.idleness import idle_events, idle_periods
 from feast_stream_backfill.processing_time import PROCESSING_TIME
 from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from feast_stream_backfill.watermark_replay import REACH, replay
 
 POSITION, TARGET, REACHED = "_pos", "_target", "_reached"
 
@@ -167,7 +168,9 @@ def watermark_reaches(
 def _reaches_with_idleness(
     records: DataFrame, per_partition: DataFrame, partitions: DataFrame, strategy: WatermarkStrategy
 ) -> DataFrame:
-    """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`)."""
+    """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`): a
+    partition's *level* is how many targets its watermark has reached; the combined level is
+    replayed (:mod:`watermark_replay`)."""
     interval = strategy.interval_ms
     bounds = records.agg(F.min(PROCESSING_TIME), F.max(PROCESSING_TIME)).first()
     horizon = -(-bounds[1] // interval) * interval  # the last tick: the archive's end
@@ -177,14 +180,29 @@ def _reaches_with_idleness(
     levels = (
         per_partition.select(TARGET)
         .distinct()
-        .withColumn("_level", F.dense_rank().over(Window.orderBy(TARGET)))
+        .withColumn("_level", F.dense_rank().over(Window.orderBy(TARGET)).cast("long"))
     )
     reached = per_partition.where(F.col(REACHED).isNotNull()).join(F.broadcast(levels), TARGET)
-    crossed = combine_with_idleness(
-        reached,
-        idle,
-        [(r[TOPIC], r[PARTITION]) for r in partitions.collect()],
-        strategy.emission,
-        interval,
+    events = reached.select(
+        TOPIC,
+        PARTITION,
+        F.col(REACHED).alias("_at"),
+        F.lit(REACH).alias("_kind"),
+        F.col("_level").alias("_value"),
+    ).unionByName(idle_events(idle))
+    at = F.col("_at") if strategy.emission == "on_event" else strategy.emitted_at(F.col("_at"))
+    fields = [
+        ("time", "long"),
+        ("phase", "int"),
+        ("topic", "string"),
+        ("partition", "int"),
+        ("offset", "long"),
+    ]
+    flat = events.select(*[at[f].alias(f) for f, _ in fields], TOPIC, PARTITION, "_kind", "_value")
+    keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
+    rises = replay(flat, fields, keys, initial=0)
+    crossed = rises.select(
+        F.explode(F.sequence(F.col("_from") + 1, F.col("_to"))).alias("_level"),
+        F.struct(*[f for f, _ in fields]).alias(POSITION),
     )
-    return crossed.join(F.broadcast(levels), "_level").select(TARGET, F.col("_pos").alias(POSITION))
+    return crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
