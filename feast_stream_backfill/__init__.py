@@ -13,6 +13,7 @@ from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTa
 from feast_stream_backfill.errors import BadArchiveError, BadStateTableError
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.sessions import SessionWindows
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
@@ -31,6 +32,7 @@ __all__ = [
     "ProcessingTimeModel",
     "ProcessingTimeTrigger",
     "ScdTable",
+    "SessionWindows",
     "SlidingWindows",
     "StreamJob",
     "TumblingWindows",

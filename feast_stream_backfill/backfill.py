@@ -33,6 +33,7 @@ from feast_stream_backfill.records import (
     ArchivedTopic,
     read_records,
 )
+from feast_stream_backfill.sessions import SessionWindows, session_firings
 from feast_stream_backfill.triggers import (
     DROPPED,
     LATE,
@@ -49,6 +50,8 @@ from feast_stream_backfill.watermarks import (
     WatermarkStrategy,
     record_position,
     watermark_reaches,
+    watermark_timeline,
+    with_position_keys,
 )
 from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, SlidingWindows, TumblingWindows
 
@@ -65,7 +68,7 @@ class StreamJob:
 
     topics: Sequence[ArchivedTopic]
     keys: Sequence[str]
-    window: TumblingWindows | SlidingWindows
+    window: TumblingWindows | SlidingWindows | SessionWindows
     aggregations: Sequence[Aggregation]
     trigger: EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger = field(
         default_factory=EventTimeTrigger
@@ -167,38 +170,49 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
             f"{example[OFFSET]}; refusing to pick one"
         )
     distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+    sessions = isinstance(job.window, SessionWindows)
+    if sessions:
+        distinct = with_position_keys(distinct)
     # Only enriched records are windowed, but the watermark comes from every record: in Flink
-    # those an inner lookup removes had passed the source's watermark generator.
+    # those an inner lookup removed had passed the source's watermark generator.
     enriched = None
     if job.lookups or job.derived:
         enriched = enrich(distinct, job.lookups, job.derived).persist(StorageLevel.MEMORY_AND_DISK)
-    windowed = job.window.assign(distinct if enriched is None else enriched)
-    targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
-    timeline = None
-    if targets is not None:
-        bounds = {
-            t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
-        }
-        timeline = watermark_reaches(distinct, targets, job.watermark, bounds)
-        timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
-    classified = job.trigger.classify(windowed, timeline)
-    firings = job.trigger.firings(classified, job.keys, job.aggregations)
-    emissions = emission_log(firings, job.keys, job.features, job.operator_delay_ms)
-    dropped = (
-        classified.where(F.col(STATUS) == DROPPED)
-        .groupBy(*job.keys, WINDOW_START, WINDOW_END)
-        .agg(F.count(F.lit(1)).alias("dropped_count"))
-        .select(
-            *job.keys,
-            F.timestamp_millis(WINDOW_START).alias("window_start"),
-            F.timestamp_millis(WINDOW_END).alias("window_end"),
-            "dropped_count",
-        )
-    )
-    by_status = {
-        row[STATUS]: row["n"]
-        for row in classified.groupBy(STATUS).agg(F.count(F.lit(1)).alias("n")).collect()
+    kept = distinct if enriched is None else enriched
+    bounds = {
+        t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
+    timeline = None
+    if sessions:
+        if job.window.domain == "event":
+            timeline = watermark_timeline(distinct, job.watermark, bounds).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+        firings, dropped, statuses = session_firings(
+            kept, job.keys, job.aggregations, job.window, job.trigger, timeline
+        )
+    else:
+        windowed = job.window.assign(kept)
+        targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
+        if targets is not None:
+            timeline = watermark_reaches(distinct, targets, job.watermark, bounds)
+            timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
+        classified = job.trigger.classify(windowed, timeline)
+        firings = job.trigger.firings(classified, job.keys, job.aggregations)
+        dropped = (
+            classified.where(F.col(STATUS) == DROPPED)
+            .groupBy(*job.keys, WINDOW_START, WINDOW_END)
+            .agg(F.count(F.lit(1)).alias("dropped_count"))
+        )
+        statuses = classified.groupBy(STATUS).agg(F.count(F.lit(1)).alias("n"))
+    emissions = emission_log(firings, job.keys, job.features, job.operator_delay_ms)
+    dropped = dropped.select(
+        *job.keys,
+        F.timestamp_millis(WINDOW_START).alias("window_start"),
+        F.timestamp_millis(WINDOW_END).alias("window_end"),
+        "dropped_count",
+    )
+    by_status = {row[STATUS]: row["n"] for row in statuses.collect()}
     stats = {
         "records_read": counts["records_read"],
         "duplicates_removed": counts["duplicates_removed"],

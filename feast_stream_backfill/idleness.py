@@ -35,9 +35,9 @@ def idle_periods(
     start_ms: int,
     horizon_ms: int,
 ) -> DataFrame:
-    """Per partition, ``_idle_from`` (the tick it goes idle) and ``_idle_until`` (the
-    ``position`` of the record that wakes it; null: idle until ``horizon_ms``, the archive's
-    last tick)."""
+    """Per partition, ``_idle_from`` (the tick it goes idle), ``_idle_until`` (the ``position``
+    of the record that wakes it; null: idle until ``horizon_ms``, the archive's last tick) and
+    ``_wakes_at`` (that record's processing time)."""
     waits = (timeout_ms // interval_ms + 1) * interval_ms
     by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
     with_next = records.select(
@@ -46,6 +46,7 @@ def idle_periods(
         F.col(PROCESSING_TIME),
         position.alias("_here"),
         F.lead(position).over(by_offset).alias("_next"),
+        F.lead(PROCESSING_TIME).over(by_offset).alias("_next_pt"),
         F.row_number().over(by_offset).alias("_rank"),
     )
     after_record = with_next.select(
@@ -53,18 +54,20 @@ def idle_periods(
         PARTITION,
         (_ceil(F.col(PROCESSING_TIME), interval_ms) + interval_ms + waits).alias("_idle_from"),
         F.col("_next").alias("_idle_until"),
+        F.col("_next_pt").alias("_wakes_at"),
     )
     before_first = with_next.where(F.col("_rank") == 1).select(
         TOPIC,
         PARTITION,
         F.lit(-(-start_ms // interval_ms) * interval_ms + waits).alias("_idle_from"),
         F.col("_here").alias("_idle_until"),
+        F.col(PROCESSING_TIME).alias("_wakes_at"),
     )
     periods = after_record.unionByName(before_first)
-    until = F.col("_idle_until")
+    wakes = F.col("_wakes_at")
     return periods.where(
-        F.when(until.isNull(), F.col("_idle_from") <= horizon_ms).otherwise(
-            F.col("_idle_from") < until["time"]
+        F.when(wakes.isNull(), F.col("_idle_from") <= horizon_ms).otherwise(
+            F.col("_idle_from") < wakes
         )
     )
 

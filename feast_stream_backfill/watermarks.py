@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill.idleness import idle_events, idle_periods
 from feast_stream_backfill.processing_time import PROCESSING_TIME
 from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
-from feast_stream_backfill.watermark_replay import REACH, replay
+from feast_stream_backfill.watermark_replay import ACTIVE, IDLE, REACH, replay
 
 POSITION, TARGET, REACHED = "_pos", "_target", "_reached"
 
@@ -99,6 +99,21 @@ class WatermarkStrategy:
         return tick_position(tick)
 
 
+def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
+    bound: Column = F.lit(strategy.out_of_orderness_ms)
+    for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
+        bound = F.when(F.col(TOPIC) == topic, F.lit(topic_bound)).otherwise(bound)
+    return bound
+
+
+def _archive_span(records: DataFrame, strategy: WatermarkStrategy) -> tuple[int, int]:
+    """The job's first processing time and the archive's end: the first tick at or after
+    its last record (or that record, without a periodic timer)."""
+    first, last = records.agg(F.min(PROCESSING_TIME), F.max(PROCESSING_TIME)).first()
+    interval = strategy.interval_ms
+    return first, (-(-last // interval) * interval if interval else last)
+
+
 def watermark_reaches(
     records: DataFrame,
     targets: DataFrame,
@@ -120,10 +135,7 @@ def watermark_reaches(
             "idleness with several topics (Flink's StatusWatermarkValve across "
             "sources) is not modelled yet: use one topic, or no idleness"
         )
-    bound: Column = F.lit(strategy.out_of_orderness_ms)
-    for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
-        bound = F.when(F.col(TOPIC) == topic, F.lit(topic_bound)).otherwise(bound)
-    threshold = F.col(TARGET) + bound + 1
+    threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
     sweep = records.select(
         TOPIC,
         PARTITION,
@@ -172,10 +184,9 @@ def _reaches_with_idleness(
     partition's *level* is how many targets its watermark has reached; the combined level is
     replayed (:mod:`watermark_replay`)."""
     interval = strategy.interval_ms
-    bounds = records.agg(F.min(PROCESSING_TIME), F.max(PROCESSING_TIME)).first()
-    horizon = -(-bounds[1] // interval) * interval  # the last tick: the archive's end
+    start, horizon = _archive_span(records, strategy)
     idle = idle_periods(
-        records, record_position(), interval, strategy.idle_timeout_ms, bounds[0], horizon
+        records, record_position(), interval, strategy.idle_timeout_ms, start, horizon
     )
     levels = (
         per_partition.select(TARGET)
@@ -206,3 +217,82 @@ def _reaches_with_idleness(
         F.struct(*[f for f, _ in fields]).alias(POSITION),
     )
     return crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
+
+
+KEY_BITS = 22
+TICK_SLOT = (1 << KEY_BITS) - 1
+LONG_MIN = -(1 << 63)
+
+
+def position_key(time: Column, slot: Column) -> Column:
+    """A position as one sortable long: ``time << 22 | slot``, where a record's slot is its
+    rank among the records of its millisecond and a tick's is the last one."""
+    return F.shiftleft(time.cast("long"), KEY_BITS).bitwiseOR(slot.cast("long"))
+
+
+def tick_key(time: Column) -> Column:
+    return position_key(time, F.lit(TICK_SLOT))
+
+
+def with_position_keys(records: DataFrame) -> DataFrame:
+    """Add ``_key``: the record's :func:`position_key` (ranks by topic, partition, offset)."""
+    same_ms = Window.partitionBy(PROCESSING_TIME).orderBy(TOPIC, PARTITION, OFFSET)
+    slot = F.row_number().over(same_ms) - 1
+    checked = F.when(slot < TICK_SLOT, slot).otherwise(
+        F.raise_error(F.lit(f"more than {TICK_SLOT} records share one millisecond"))
+    )
+    return records.withColumn("_key", position_key(F.col(PROCESSING_TIME), checked))
+
+
+def watermark_timeline(
+    records: DataFrame, strategy: WatermarkStrategy, bounds: Mapping[str, int] | None = None
+) -> DataFrame:
+    """Every change of the combined watermark before the archive ends: ``_key`` (a
+    :func:`position_key`) and ``_w``, the watermark from there on. ``records`` carry ``_key``.
+    At most one row per tick in periodic mode (one per record that raises it, on-event)."""
+    interval = strategy.interval_ms
+    earlier = (
+        Window.partitionBy(TOPIC, PARTITION)
+        .orderBy(OFFSET)
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    before = F.max(EVENT_TIME).over(earlier)
+    value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
+    if strategy.emission == "on_event":
+        group = F.col("_key")
+    else:
+        group = tick_key(F.ceil(F.col(PROCESSING_TIME) / interval).cast("long") * interval)
+    rises = (
+        records.withColumn("_before", before)
+        .where(F.col("_before").isNull() | (F.col(EVENT_TIME) > F.col("_before")))
+        .groupBy(TOPIC, PARTITION, group.alias("_g"))
+        .agg(F.max(value).alias("_value"))
+        .withColumn("_kind", F.lit(REACH))
+    )
+    if strategy.detects_idleness:
+        start, horizon = _archive_span(records, strategy)
+        idle = idle_periods(
+            records, F.col("_key"), interval, strategy.idle_timeout_ms, start, horizon
+        )
+        wakes = F.col("_idle_until")
+        if strategy.emission == "periodic":
+            wakes = tick_key(F.ceil(F.col("_wakes_at") / interval).cast("long") * interval)
+        none = F.lit(0).cast("long").alias("_value")
+        rises = rises.unionByName(
+            idle.select(
+                TOPIC,
+                PARTITION,
+                tick_key(F.col("_idle_from")).alias("_g"),
+                none,
+                F.lit(IDLE).alias("_kind"),
+            )
+        ).unionByName(
+            idle.where(wakes.isNotNull()).select(
+                TOPIC, PARTITION, wakes.alias("_g"), none, F.lit(ACTIVE).alias("_kind")
+            )
+        )
+    partitions = [
+        (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
+    ]
+    changes = replay(rises, [("_g", "long")], partitions, LONG_MIN, strategy.combine)
+    return changes.select(F.col("_g").alias("_key"), F.col("_to").alias("_w"))

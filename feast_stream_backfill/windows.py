@@ -25,7 +25,7 @@ def max_timestamp() -> Column:
     return F.col(WINDOW_END) - 1
 
 
-def _check(domain: str, **positive: int) -> None:
+def check_window(domain: str, **positive: int) -> None:
     if domain not in ("event", "processing"):
         raise ValueError(f"window domain must be 'event' or 'processing', got {domain!r}")
     for name, value in positive.items():
@@ -46,7 +46,7 @@ class TumblingWindows:
     domain: Domain = "event"
 
     def __post_init__(self) -> None:
-        _check(self.domain, size=self.size_ms)
+        check_window(self.domain, size=self.size_ms)
 
     def assign(self, records: DataFrame) -> DataFrame:
         """Add ``_window_start`` and ``_window_end`` (epoch ms)."""
@@ -68,7 +68,7 @@ class SlidingWindows:
     domain: Domain = "event"
 
     def __post_init__(self) -> None:
-        _check(self.domain, size=self.size_ms, slide=self.slide_ms)
+        check_window(self.domain, size=self.size_ms, slide=self.slide_ms)
 
     def assign(self, records: DataFrame) -> DataFrame:
         """One row per (record, window), from the latest start to the earliest, as Flink's

@@ -39,6 +39,7 @@ class Job:
     min_delay: int = 0  # D2
     operator_delay: int = 0  # D3
     idleness: int = 0  # withIdleness(T); 0: off
+    gap: int = 0  # > 0: session windows with this gap (size and slide unused)
 
 
 class Split:
@@ -117,6 +118,8 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
     topic_watermark = {topic: -math.inf for topic in by_topic}
     watermark = -math.inf
     contents: dict[tuple, list[float]] = defaultdict(list)  # (key, start) -> values
+    ends: dict[tuple, int] = {}  # (key, start) -> end, for sessions
+    live: dict[str, set[int]] = defaultdict(set)  # key -> starts of its sessions with state
     event_timers: set[tuple] = set()  # (maxTs, key, start)
     clock_timers: set[tuple] = set()  # processing-time timers, likewise
     emissions: list[tuple] = []
@@ -128,7 +131,7 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
             (
                 key,
                 start,
-                start + job.size,
+                ends.get((key, start), start + job.size),
                 now + job.operator_delay,
                 firing,
                 len(values),
@@ -151,6 +154,15 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         for timer in sorted(t for t in event_timers if t[0] <= watermark):
             event_timers.discard(timer)
             emit(timer[1], timer[2], now, "on_time")
+        purge_sessions(lambda max_ts: max_ts + job.lateness <= watermark)
+
+    def purge_sessions(expired) -> None:
+        """A session's state is cleared at its cleanup time (maxTs + L, or maxTs by the
+        clock): a later record can no longer merge with it."""
+        for key, starts in live.items():
+            for start in [s for s in starts if expired(ends[(key, s)] - 1)]:
+                starts.discard(start)
+                del contents[(key, start)]
 
     def tick(now: int) -> None:
         """The periodic timer: idleness checks, periodic emission, then the combination."""
@@ -166,11 +178,46 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         for timer in sorted(t for t in clock_timers if t[0] < before):
             clock_timers.discard(timer)
             emit(timer[1], timer[2], timer[0], "on_time")
+        if job.domain == "processing":
+            purge_sessions(lambda max_ts: max_ts < before)
+
+    def merge_session(key: str, time: int) -> tuple[int, int] | None:
+        """Flink's MergingWindowSet: the new window [time, time + gap) and every session it
+        touches (TimeWindow.intersects: start <= other.end and end >= other.start) merge; the
+        lateness test applies to the merged window. Returns the merged window, or None if late.
+        """
+        start, end = time, time + job.gap
+        touching = [s for s in live[key] if s <= end and ends[(key, s)] >= start]
+        start = min([start, *touching])
+        end = max([end, *(ends[(key, s)] for s in touching)])
+        if job.domain == "event" and end - 1 + job.lateness <= watermark:
+            return None
+        values = []
+        for s in touching:
+            live[key].discard(s)
+            values += contents.pop((key, s))
+            timer = (ends[(key, s)] - 1, key, s)
+            event_timers.discard(timer)
+            clock_timers.discard(timer)
+        live[key].add(start)
+        ends[(key, start)] = end
+        contents[(key, start)] = values
+        return start, end
+
+    def starts_of(time: int, r: Record) -> list[int]:
+        """The windows a record goes to (its merged session, or none when late)."""
+        if not job.gap:
+            return windows_of(time, job)
+        merged = merge_session(r.key, time)
+        if merged is None:
+            dropped[(r.key, time)] += 1
+            return []
+        return [merged[0]]
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        for start in windows_of(time, job):
-            max_ts = start + job.size - 1
+        for start in starts_of(time, r):
+            max_ts = ends.get((r.key, start), start + job.size) - 1
             if job.domain == "event" and max_ts + job.lateness <= watermark:
                 dropped[(r.key, start)] += 1
                 continue

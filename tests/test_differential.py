@@ -19,6 +19,7 @@ from feast_stream_backfill import (
     PerRecordTrigger,
     ProcessingTimeModel,
     ProcessingTimeTrigger,
+    SessionWindows,
     SlidingWindows,
     StreamJob,
     TumblingWindows,
@@ -97,6 +98,7 @@ jobs = st.builds(
     min_delay=st.sampled_from([0, 10]),
     operator_delay=st.sampled_from([0, 5]),
     idleness=st.sampled_from([0, 10, 60, 300]),
+    gap=st.sampled_from([0, 0, 15, 60]),
 )
 
 
@@ -126,7 +128,9 @@ def spark_backfill(spark, records: list[Record], job: Job):
         topics=topics,
         keys=["user"],
         window=(
-            SlidingWindows(job.size, job.slide, job.window_offset, job.domain)
+            SessionWindows(job.gap, job.domain)
+            if job.gap
+            else SlidingWindows(job.size, job.slide, job.window_offset, job.domain)
             if job.slide
             else TumblingWindows(job.size, job.window_offset, job.domain)
         ),
