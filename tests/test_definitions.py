@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.aggregation import Aggregation as FeastAggregation
 from feast.data_format import DeltaFormat, JsonFormat
@@ -13,6 +15,7 @@ from feast_stream_backfill import (
     EventTimeTrigger,
     PerRecordTrigger,
     ProcessingTimeModel,
+    SessionWindows,
     SlidingWindows,
     StreamJob,
     TumblingWindows,
@@ -94,3 +97,19 @@ def test_slide_interval_and_tags_declare_sliding_per_record_processing_time_jobs
     assert job.window == SlidingWindows(300_000, 60_000, domain="processing")
     assert job.trigger == PerRecordTrigger(0)
     assert job.watermark.combine == "max"
+
+
+def test_tags_declare_session_windows_and_idleness():
+    # Feast's Aggregation has no session windows: the gap travels in a tag, time_window unused.
+    sessions = [FeastAggregation(column="amount", function="count", name="clicks")]
+    tags = backfill_tags(
+        session_gap=timedelta(minutes=30),
+        idle_timeout=timedelta(seconds=10),
+        allowed_lateness=timedelta(seconds=5),
+    )
+    job = stream_job(view(sessions, tags))
+    assert job.window == SessionWindows(1_800_000)
+    assert job.watermark.idle_timeout_ms == 10_000
+    assert job.trigger == EventTimeTrigger(5_000)
+    with pytest.raises(ValueError, match="need a time_window .or a session_gap tag"):
+        stream_job(view(sessions, backfill_tags()))

@@ -25,6 +25,7 @@ from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.sessions import SessionWindows
 from feast_stream_backfill.triggers import (
     EventTimeTrigger,
     PerRecordTrigger,
@@ -51,14 +52,20 @@ def backfill_tags(
     window_domain: str = "event",
     trigger: str = "default",
     watermark_combine: str = "min",
+    idle_timeout: timedelta | None = None,
+    session_gap: timedelta | None = None,
 ) -> dict[str, str]:
     """Tags for a ``StreamFeatureView``: the job options Feast has no field for.
 
     ``window_domain``: "event" or "processing" time windows; ``trigger``: "default" (Flink's
     default for the domain) or "per_record" (``CountTrigger.of(1)``); ``watermark_combine``:
-    "min" across partitions (Flink) or "max" (the seed's aligned-readers simplification).
+    "min" across partitions (Flink) or "max" (the seed's aligned-readers simplification);
+    ``idle_timeout``: ``withIdleness``; ``session_gap``: session windows with that gap instead
+    of the aggregations' ``time_window``.
     """
+    optional = {"idle_timeout_ms": idle_timeout, "session_gap_ms": session_gap}
     return {
+        **{PREFIX + name: _ms(value) for name, value in optional.items() if value is not None},
         PREFIX + "window_domain": window_domain,
         PREFIX + "trigger": trigger,
         PREFIX + "watermark_combine": watermark_combine,
@@ -202,7 +209,17 @@ def feature_names(view: StreamFeatureView) -> list[str]:
     return [a.resolved_name(a.time_window) for a in view.aggregations]
 
 
-def _window(size: timedelta, slide: timedelta, domain: str) -> TumblingWindows | SlidingWindows:
+def _window(
+    view: StreamFeatureView, where: str, session_gap_ms: int, domain: str
+) -> TumblingWindows | SlidingWindows | SessionWindows:
+    if session_gap_ms:
+        return SessionWindows(session_gap_ms, domain=domain)  # type: ignore[arg-type]
+    windows = {(a.time_window, a.slide_interval or a.time_window) for a in view.aggregations}
+    if len(windows) != 1:
+        raise ValueError(f"{where}: all aggregations of one job share one window, got {windows}")
+    size, slide = windows.pop()
+    if not size:
+        raise ValueError(f"{where}: aggregations need a time_window (or a session_gap tag)")
     size_ms, slide_ms = (round(d.total_seconds() * 1000) for d in (size, slide))
     if slide_ms == size_ms:
         return TumblingWindows(size_ms, domain=domain)  # type: ignore[arg-type]
@@ -224,12 +241,6 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     where = f"stream feature view {view.name!r}"
     if not view.aggregations:
         raise ValueError(f"{where}: declare the window with `aggregations`")
-    windows = {(a.time_window, a.slide_interval or a.time_window) for a in view.aggregations}
-    if len(windows) != 1:
-        raise ValueError(f"{where}: all aggregations of one job share one window, got {windows}")
-    size, slide = windows.pop()
-    if not size:
-        raise ValueError(f"{where}: aggregations need a time_window")
     source, archive = view.stream_source, view.batch_source
     if source is None or archive is None or not getattr(archive, "path", None):
         raise ValueError(f"{where}: its KafkaSource needs a batch_source FileSource (the archive)")
@@ -249,10 +260,11 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
         timestamp_col=archive.timestamp_field or source.timestamp_field,
     )
     bound = source.kafka_options.watermark_delay_threshold or timedelta(0)
+    idle_timeout = ms("idle_timeout") or None
     return StreamJob(
         topics=[topic],
         keys=[e.name for e in view.entity_columns],
-        window=_window(size, slide, option("window_domain", "event")),
+        window=_window(view, where, ms("session_gap"), option("window_domain", "event")),
         aggregations=[
             Aggregation(a.column, a.function, name)
             for a, name in zip(view.aggregations, feature_names(view), strict=True)
@@ -265,6 +277,7 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
             interval_ms=ms("watermark_interval", 200),
             emission=option("watermark_emission", "periodic"),  # type: ignore[arg-type]
             combine=option("watermark_combine", "min"),  # type: ignore[arg-type]
+            idle_timeout_ms=idle_timeout,
         ),
         processing_time=ProcessingTimeModel(ms("min_gap"), ms("min_delay")),
         operator_delay_ms=ms("operator_delay"),
