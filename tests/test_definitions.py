@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import pytest
-
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.aggregation import Aggregation as FeastAggregation
 from feast.data_format import DeltaFormat, JsonFormat
