@@ -25,6 +25,7 @@ from feast_stream_backfill import (
     EventTimeTrigger,
     PerRecordTrigger,
     ProcessingTimeTrigger,
+    SessionWindows,
     SlidingWindows,
     StreamJob,
     TumblingWindows,
@@ -71,6 +72,14 @@ KINDS = {
         "trigger": ProcessingTimeTrigger(),
     },
     "per-record": {"trigger": PerRecordTrigger()},
+    "idleness 30s": {
+        "watermark": WatermarkStrategy(out_of_orderness_ms=5_000, idle_timeout_ms=30_000)
+    },
+    "session 5m": {"window": SessionWindows(5 * MINUTE)},
+    "session+lateness": {
+        "window": SessionWindows(5 * MINUTE),
+        "trigger": EventTimeTrigger(allowed_lateness_ms=5 * MINUTE),
+    },
 }
 
 
@@ -79,8 +88,11 @@ def plugin(spark, path: str, kind: str = "tumbling") -> None:
         topics=[ArchivedTopic("transactions", path=path)],
         keys=["user_id"],
         aggregations=AGGREGATIONS,
-        watermark=WatermarkStrategy(out_of_orderness_ms=5_000),
-        **{"window": TumblingWindows(size_ms=5 * MINUTE), **KINDS[kind]},
+        **{
+            "window": TumblingWindows(size_ms=5 * MINUTE),
+            "watermark": WatermarkStrategy(out_of_orderness_ms=5_000),
+            **KINDS[kind],
+        },
     )
     result = backfill(spark, job)
     result.emissions.write.format("noop").mode("overwrite").save()

@@ -1,6 +1,7 @@
 """The Spark backfill against the reference simulator on random archives: identical logs.
 
-Profiles: ``ci`` (default, bounded) and ``long`` (HYPOTHESIS_PROFILE=long: thousands).
+Profiles: ``ci`` (default, bounded) and ``long`` (HYPOTHESIS_PROFILE=long: 2000 examples, or
+HYPOTHESIS_MAX_EXAMPLES; a few seconds each, as every example is a real Spark backfill).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 settings.register_profile(
-    "long", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck)
+    "long",
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "2000")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
