@@ -15,13 +15,23 @@ from pyspark.sql import functions as F
 
 
 def state_at(
-    emissions: DataFrame, keys: Sequence[str], end: datetime, start: datetime | None = None
+    emissions: DataFrame,
+    keys: Sequence[str],
+    end: datetime,
+    start: datetime | None = None,
+    *,
+    time: str = "emit_time",
+    sequence: str | None = "emit_sequence",
 ) -> DataFrame:
     """The online state at ``end`` of the keys that emitted in ``[start, end]`` (all keys with
-    an emission at or before ``end`` when ``start`` is None): one emission-log row per key."""
-    emitted = emissions.where(F.col("emit_time") <= F.lit(end))
+    an emission at or before ``end`` when ``start`` is None): one emission-log row per key.
+
+    ``time``/``sequence`` name other columns for other tables: a batch source's timestamp and
+    created timestamp (Feast's ``pull_latest_from_table_or_query``; a null sequence loses)."""
+    emitted = emissions.where(F.col(time) <= F.lit(end))
     if start is not None:
-        emitted = emitted.where(F.col("emit_time") >= F.lit(start))
+        emitted = emitted.where(F.col(time) >= F.lit(start))
     others = [c for c in emissions.columns if c not in keys]
-    latest = F.max_by(F.struct(*others), F.struct("emit_time", "emit_sequence"))
+    order = F.struct(time, sequence) if sequence else F.struct(time)
+    latest = F.max_by(F.struct(*others), order)
     return emitted.groupBy(*keys).agg(latest.alias("_last")).select(*keys, "_last.*")

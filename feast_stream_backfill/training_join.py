@@ -7,7 +7,9 @@ The as-of join is a sort, not a join: predictions and emissions are unioned, sor
 by time (emissions first at equal times, so ``emit_time == t`` is visible), and the last
 emission is carried forward with a window. Cost ~ (predictions + emissions) log, whatever
 the skew; no prediction is paired with every emission of its key. Spark 4.2 has no SQL
-``ASOF JOIN`` and ``DataFrame._joinAsOf`` is a nested-loop join.
+``ASOF JOIN`` and ``DataFrame._joinAsOf`` is a nested-loop join. The values come back once per
+distinct ``(key, t)`` and are joined to the predictions on key *and* time: an equi-join with at
+most one match per row.
 """
 
 from __future__ import annotations
@@ -18,6 +20,55 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 _T, _SIDE, _SEQ, _VALUE = "_asof_t", "_asof_side", "_asof_seq", "_asof_value"
+
+
+def as_of_values(
+    predictions: DataFrame,
+    emissions: DataFrame,
+    keys: Sequence[str],
+    prediction_time: str,
+    features: Sequence[str],
+    *,
+    emission_time: str = "emit_time",
+    sequence: str | None = "emit_sequence",
+    ttl_seconds: float | None = None,
+    output_names: Sequence[str] | None = None,
+) -> DataFrame:
+    """One row per distinct ``(keys, prediction_time)`` of ``predictions``, with each feature's
+    value as of that instant; join it back on keys and time (see :func:`as_of_join`)."""
+    names = list(output_names or features)
+    points = predictions.select(*keys, F.col(prediction_time).alias(_T)).distinct()
+    value = F.struct(F.col(emission_time).alias("_at"), *[F.col(f) for f in features])
+    seq = F.col(sequence) if sequence else F.lit(0)
+    right = emissions.select(
+        *keys,
+        F.col(emission_time).alias(_T),
+        F.lit(0).alias(_SIDE),
+        seq.alias(_SEQ),
+        value.alias(_VALUE),
+    )
+    left = points.select(
+        *keys,
+        _T,
+        F.lit(1).alias(_SIDE),
+        F.lit(None).cast(right.schema[_SEQ].dataType).alias(_SEQ),
+        F.lit(None).cast(right.schema[_VALUE].dataType).alias(_VALUE),
+    )
+    so_far = (
+        Window.partitionBy(*keys)
+        .orderBy(_T, _SIDE, _SEQ)
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    last = F.last(_VALUE, ignorenulls=True).over(so_far)
+    carried = right.unionByName(left).withColumn(_VALUE, last).where(F.col(_SIDE) == 1)
+    if ttl_seconds:
+        fresh = F.col(_VALUE)["_at"] >= F.col(_T) - F.make_interval(secs=F.lit(ttl_seconds))
+        carried = carried.withColumn(_VALUE, F.when(fresh, F.col(_VALUE)))
+    return carried.select(
+        *keys,
+        F.col(_T).alias(prediction_time),
+        *[F.col(_VALUE)[f].alias(n) for f, n in zip(features, names, strict=True)],
+    )
 
 
 def as_of_join(
@@ -37,37 +88,47 @@ def as_of_join(
     ``output_names`` renames the feature columns (Feast's ``full_feature_names``). Rows of
     ``predictions`` are kept as they are, extra columns and duplicates included.
     """
-    names = list(output_names or features)
-    points = predictions.select(*keys, F.col(prediction_time).alias(_T)).distinct()
-    value = F.struct(F.col(emission_time).alias("_at"), *[F.col(f) for f in features])
-    seq = F.col(sequence) if sequence else F.lit(0)
-    right = emissions.select(
-        *keys,
-        F.col(emission_time).alias(_T),
-        F.lit(0).alias(_SIDE),
-        seq.alias(_SEQ),
-        value.alias(_VALUE),
-    )
-    left = points.select(
-        *keys,
-        _T,
-        F.lit(1).alias(_SIDE),
-        F.lit(0).alias(_SEQ),
-        F.lit(None).cast(right.schema[_VALUE].dataType).alias(_VALUE),
-    )
-    so_far = (
-        Window.partitionBy(*keys)
-        .orderBy(_T, _SIDE, _SEQ)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    last = F.last(_VALUE, ignorenulls=True).over(so_far)
-    carried = right.unionByName(left).withColumn(_VALUE, last).where(F.col(_SIDE) == 1)
-    if ttl_seconds:
-        fresh = F.col(_VALUE)["_at"] >= F.col(_T) - F.make_interval(secs=F.lit(ttl_seconds))
-        carried = carried.withColumn(_VALUE, F.when(fresh, F.col(_VALUE)))
-    values = carried.select(
-        *keys,
-        F.col(_T).alias(prediction_time),
-        *[F.col(_VALUE)[f].alias(n) for f, n in zip(features, names, strict=True)],
+    values = as_of_values(
+        predictions,
+        emissions,
+        keys,
+        prediction_time,
+        features,
+        emission_time=emission_time,
+        sequence=sequence,
+        ttl_seconds=ttl_seconds,
+        output_names=output_names,
     )
     return predictions.join(values, on=[*keys, prediction_time], how="left")
+
+
+def event_time_values(
+    predictions: DataFrame,
+    rows: DataFrame,
+    keys: Sequence[str],
+    prediction_time: str,
+    features: Sequence[str],
+    *,
+    timestamp: str,
+    created: str | None = None,
+    ttl_seconds: float | None = None,
+    output_names: Sequence[str] | None = None,
+) -> DataFrame:
+    """Feast's point-in-time rule for an ordinary (batch) feature view, by the same sort.
+
+    Per distinct ``(keys, prediction_time)``: the row with the latest ``timestamp <= t`` (a row
+    at exactly t is visible), null if it is older than ``t - ttl`` (inclusive, as Feast);
+    among rows with the same timestamp the latest ``created`` wins, a null ``created`` losing
+    to any other (Feast sorts nulls first and keeps the last).
+    """
+    return as_of_values(
+        predictions,
+        rows,
+        keys,
+        prediction_time,
+        features,
+        emission_time=timestamp,
+        sequence=created,
+        ttl_seconds=ttl_seconds,
+        output_names=output_names,
+    )
