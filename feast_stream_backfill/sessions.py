@@ -3,7 +3,8 @@
 A session's extent depends on which records merged into it, in processing order, and whether
 a record is late depends on the merged window (a record that alone would be late can join a
 live session): there is no closed form. So each key's records are replayed in processing
-order, one pandas group per key, as ``WindowOperator`` does for a merging assigner, against the
+order (sorted by key and position, streamed through one Python function per Spark partition),
+as ``WindowOperator`` does for a merging assigner, against the
 combined watermark's timeline (:func:`watermarks.watermark_timeline`, broadcast: one row per
 change of the watermark, at most one per tick in periodic mode). Per key this is linear in its
 records; the aggregates are kept per session and merged with it.
@@ -12,8 +13,8 @@ records; the aggregates are kept per session and merged with it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -70,10 +71,14 @@ class SessionWindows:
 @dataclass
 class _Session:
     end: int
+    cleanup: int | None  # position key from which its state is gone (None: not in the archive)
+    stats: list[list[float]]  # per aggregated column: n, sum, min, max
     rows: int = 0
-    stats: list[list[float]] = field(default_factory=list)  # per aggregation: n, sum, min, max
     timer: int | None = None  # position key of the on-time firing, once registered
     buffered: int = 0  # records waiting for that firing
+
+    def expired(self, before: float) -> bool:
+        return self.timer is None and self.cleanup is not None and self.cleanup < before
 
     def add(self, values: Sequence[object]) -> None:
         self.rows += 1
@@ -130,7 +135,7 @@ def session_firings(
     fields = windowed.select(*keys, *columns).schema
     schema = StructType(
         [
-            *fields[: len(keys)],
+            *[StructField(f.name, f.dataType, True) for f in fields[: len(keys)]],
             StructField("_row", StringType()),
             StructField(WINDOW_START, LongType()),
             StructField(WINDOW_END, LongType()),
@@ -144,7 +149,10 @@ def session_firings(
     )
     time_column = EVENT_TIME if event_time else PROCESSING_TIME
 
-    def replay(group: pd.DataFrame) -> pd.DataFrame:
+    width = len(keys)
+
+    def replay(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """Records sorted by key then position: one key's sessions at a time."""
         change_keys, change_w = changes.value if event_time else (None, None)
 
         def first_reaching(target: int) -> int | None:
@@ -158,17 +166,17 @@ def session_firings(
             i = int(np.searchsorted(change_keys, key, side="left")) - 1
             return int(change_w[i]) if i >= 0 else LONG_MIN
 
-        group = group.sort_values("_key", kind="stable")
-        key_values = tuple(group.iloc[0][list(keys)])
-        sessions: dict[int, _Session] = {}
-        rows: list[tuple] = []
         counts = dict.fromkeys((ON_TIME, LATE, PER_RECORD, DROPPED, PENDING), 0)
+        rows: list[tuple] = []
+        blank = (None,) * len(aggregations)
+        current: tuple = ()
+        sessions: dict[int, _Session] = {}
         dropped: dict[int, int] = {}
 
         def fire(start: int, s: _Session, at: int, by_record: bool, label: str) -> None:
             values = [_value(f, s.stats[i]) for f, i in functions]
             rows.append(
-                (*key_values, "firing", start, s.end, at, by_record, label, s.rows, 0, *values)
+                (*current, "firing", start, s.end, at, by_record, label, s.rows, 0, *values)
             )
 
         def advance(before: float) -> None:
@@ -184,57 +192,67 @@ def session_firings(
                 fire(start, s, at, False, ON_TIME)
                 counts[ON_TIME] += s.buffered
                 s.timer, s.buffered = None, 0
-            for start in [st for st, s in sessions.items() if _expired(s, before)]:
+            for start in [st for st, s in sessions.items() if s.expired(before)]:
                 del sessions[start]
 
-        def _expired(s: _Session, before: float) -> bool:
-            cleanup = first_reaching(s.end - 1 + lateness)
-            return cleanup is not None and cleanup < before and s.timer is None
+        def finish_key() -> None:
+            advance(math.inf)
+            counts[PENDING] += sum(s.buffered for s in sessions.values())
+            for time, n in dropped.items():
+                rows.append((*current, "dropped", time, time + gap, *(None,) * 4, n, *blank))
+            sessions.clear()
+            dropped.clear()
 
-        width = len(keys)
-        for record in group.itertuples(index=False, name=None):
-            key, time = int(record[width]), int(record[width + 1])
-            advance(key)
-            start, end = time, time + gap
-            touching = [st for st, s in sessions.items() if st <= end and s.end >= start]
-            start = min([start, *touching])
-            end = max([end, *(sessions[st].end for st in touching)])
-            watermark = watermark_before(key) if event_time else LONG_MIN
-            if event_time and end - 1 + lateness <= watermark:
-                dropped[time] = dropped.get(time, 0) + 1
-                counts[DROPPED] += 1
-                continue
-            merged = _Session(end, stats=[[0, 0, 0, 0] for _ in columns])
-            for st in touching:
-                merged.absorb(sessions.pop(st))
-            merged.add(record[width + 2 :])
-            sessions[start] = merged
-            if per_record:
-                fire(start, merged, key, True, PER_RECORD)
-                counts[PER_RECORD] += 1
-            elif event_time and end - 1 <= watermark:
-                fire(start, merged, key, True, LATE)
-                counts[LATE] += 1
-                counts[ON_TIME] += merged.buffered
-                merged.buffered = 0
-            else:
-                merged.timer = first_reaching(end - 1)
-                merged.buffered += 1
-        advance(math.inf)
-        counts[PENDING] += sum(s.buffered for s in sessions.values())
-        blank = [None] * len(aggregations)
-        for time, n in dropped.items():
-            rows.append(
-                (*key_values, "dropped", time, time + gap, None, None, None, None, n, *blank)
-            )
+        for batch in batches:
+            for record in batch.itertuples(index=False, name=None):
+                if record[:width] != current:
+                    if current:
+                        finish_key()
+                    current = record[:width]
+                key, time = int(record[width]), int(record[width + 1])
+                advance(key)
+                start, end = time, time + gap
+                touching = [st for st, s in sessions.items() if st <= end and s.end >= start]
+                start = min([start, *touching])
+                end = max([end, *(sessions[st].end for st in touching)])
+                watermark = watermark_before(key) if event_time else LONG_MIN
+                if event_time and end - 1 + lateness <= watermark:
+                    dropped[time] = dropped.get(time, 0) + 1
+                    counts[DROPPED] += 1
+                    continue
+                merged = _Session(
+                    end, first_reaching(end - 1 + lateness), [[0, 0, 0, 0] for _ in columns]
+                )
+                for st in touching:
+                    merged.absorb(sessions.pop(st))
+                merged.add(record[width + 2 :])
+                sessions[start] = merged
+                if per_record:
+                    fire(start, merged, key, True, PER_RECORD)
+                    counts[PER_RECORD] += 1
+                elif event_time and end - 1 <= watermark:
+                    fire(start, merged, key, True, LATE)
+                    counts[LATE] += 1
+                    counts[ON_TIME] += merged.buffered
+                    merged.buffered = 0
+                else:
+                    merged.timer = first_reaching(end - 1)
+                    merged.buffered += 1
+            if rows:
+                yield pd.DataFrame(rows, columns=schema.fieldNames())
+                rows.clear()
+        if current:
+            finish_key()
+        empty_key = (None,) * width
         for status, n in counts.items():
-            rows.append((*key_values, "status", None, None, None, None, status, None, n, *blank))
-        return pd.DataFrame(rows, columns=schema.fieldNames())
+            rows.append((*empty_key, "status", None, None, None, None, status, None, n, *blank))
+        yield pd.DataFrame(rows, columns=schema.fieldNames())
 
     out = (
         windowed.select(*keys, "_key", time_column, *columns)
-        .groupBy(*keys)
-        .applyInPandas(replay, schema)
+        .repartition(*keys)
+        .sortWithinPartitions(*keys, "_key")
+        .mapInPandas(replay, schema)
     )
     firings = out.where(F.col("_row") == "firing")
     tick = (F.col("_fire_key").bitwiseAND(F.lit(TICK_SLOT))) == TICK_SLOT

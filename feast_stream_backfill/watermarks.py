@@ -188,12 +188,16 @@ def _reaches_with_idleness(
     idle = idle_periods(
         records, record_position(), interval, strategy.idle_timeout_ms, start, horizon
     )
+    # A partition reaching a target has reached every smaller one: the reached targets are the
+    # levels. Kept, as both the events and the levels read them.
+    kept = per_partition.where(F.col(REACHED).isNotNull()).persist()
     levels = (
-        per_partition.select(TARGET)
+        kept.select(TARGET)
         .distinct()
         .withColumn("_level", F.dense_rank().over(Window.orderBy(TARGET)).cast("long"))
+        .persist()
     )
-    reached = per_partition.where(F.col(REACHED).isNotNull()).join(F.broadcast(levels), TARGET)
+    reached = kept.join(F.broadcast(levels), TARGET)
     events = reached.select(
         TOPIC,
         PARTITION,
@@ -216,7 +220,11 @@ def _reaches_with_idleness(
         F.explode(F.sequence(F.col("_from") + 1, F.col("_to"))).alias("_level"),
         F.struct(*[f for f, _ in fields]).alias(POSITION),
     )
-    return crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
+    timeline = crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
+    timeline = timeline.localCheckpoint()  # computed now, so the inputs can go
+    levels.unpersist()
+    kept.unpersist()
+    return timeline
 
 
 KEY_BITS = 22
