@@ -26,3 +26,9 @@ if ! ls jars/lib/delta-spark_*.jar >/dev/null 2>&1; then
   echo "Fetching Delta Lake's jars from Maven Central"
   mvn -q -B -f jars/pom.xml dependency:copy-dependencies
 fi
+
+if [ ! -f tests/conformance/lib/.complete ]; then
+  echo "Fetching Apache Flink's jars from Maven Central (tests/conformance)"
+  mvn -q -B -f tests/conformance/pom.xml dependency:copy-dependencies
+  touch tests/conformance/lib/.complete
+fi

@@ -1,0 +1,272 @@
+"""Replay a job on real Apache Flink and compare its output with the plugin's emission log.
+
+``FlinkReplay.java`` (next to this file) runs Flink's own classes deterministically: the
+sources' per-split watermark generators and multiplexer (``ProgressiveTimestampsAndWatermarks``,
+built from a real ``WatermarkStrategy``), the union's ``StatusWatermarkValve``, and the
+``WindowOperator`` that a DataStream program ``keyBy().window().allowedLateness().aggregate()``
+builds, inside Flink's ``KeyedOneInputStreamOperatorTestHarness``. Records are fed in the
+plugin's global processing order, computed by the plugin's own ``processing_time`` module;
+periodic watermarks tick on a test processing-time service at multiples of ``I``.
+
+Flink is fetched by ``mvn`` with ``pom.xml`` into ``lib/`` and the replay compiled by ``javac``
+into ``classes/`` (both git-ignored), lazily and idempotently by :func:`build`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import reduce
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from feast_stream_backfill.processing_time import (
+    DUPLICATE,
+    PROCESSING_TIME,
+    ProcessingTimeModel,
+    with_processing_time,
+)
+from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from tests.reference_simulator import Job, Record
+
+HERE = Path(__file__).resolve().parent
+LIB, CLASSES = HERE / "lib", HERE / "classes"
+SOURCES = sorted((HERE / "src").glob("*.java"))
+
+#: Flink's SystemProcessingTimeService fires a timer for ``t`` at ``t + 1`` at the earliest
+#: (``ProcessingTimeServiceUtil.getProcessingTimeDelay``), so a processing-time window is
+#: written at its ``end``; the plugin says ``maxTs = end - 1``. A documented difference
+#: (README, "Conformance with real Flink"); the comparison shifts the plugin's time by it.
+PROCESSING_TIMER_DELAY_MS = 1
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """An archive (the reference simulator's records) and a job (its :class:`Job`)."""
+
+    name: str
+    records: list[Record]
+    job: Job
+
+
+@dataclass
+class FlinkRun:
+    """What Flink did: firings in output order and dropped (record, window) pairs.
+
+    A firing is ``(cause, time, key, start, end, watermark, count, sum, min, max)``; ``cause``
+    is ``e<i>`` (fired by processing record i: a late or per-record firing), ``r<i>`` (by the
+    watermark record i emitted), ``t`` (a periodic watermark tick at ``time``) or ``c`` (a
+    processing-time timer).
+    """
+
+    firings: list[tuple] = field(default_factory=list)
+    dropped: list[tuple] = field(default_factory=list)  # (record index, key, window start)
+    side_output: list[int] = field(default_factory=list)  # records Flink's side output got
+    fully_dropped: set[int] = field(default_factory=set)  # records dropped from every window
+    partly_dropped: set[int] = field(default_factory=set)  # from some of their windows only
+
+
+def _stale(target: Path, *sources: Path) -> bool:
+    return not target.exists() or any(s.stat().st_mtime > target.stat().st_mtime for s in sources)
+
+
+def build() -> str:
+    """Fetch Flink's jars and compile the replay if not done yet; returns the classpath."""
+    for tool in ("mvn", "javac", "java"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"the Flink conformance harness needs {tool!r} (Java 17+, Maven)")
+    done = LIB / ".complete"
+    if _stale(done, HERE / "pom.xml"):
+        shutil.rmtree(LIB, ignore_errors=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"],
+            check=True,
+        )
+        done.touch()
+    stamp = CLASSES / ".complete"
+    if _stale(stamp, *SOURCES, done):
+        shutil.rmtree(CLASSES, ignore_errors=True)
+        subprocess.run(
+            ["javac", "-nowarn", "-d", str(CLASSES), "-cp", f"{LIB}/*", *map(str, SOURCES)],
+            check=True,
+        )
+        stamp.touch()
+    return f"{CLASSES}:{LIB}/*"
+
+
+def processing_order(spark: SparkSession, scenarios: list[Scenario]) -> list[list[tuple]]:
+    """Each scenario's distinct records as ``(pt, record)`` in global processing order, with
+    ``pt`` from the plugin's ``with_processing_time`` (one model per (D1, D2), one Spark job)."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, s in enumerate(scenarios):
+        groups[(s.job.min_gap, s.job.min_delay)].append(i)
+    schema = (
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long, "
+        "scenario int, row int, key string, value double"
+    )
+    timed = [
+        with_processing_time(
+            spark.createDataFrame(
+                [
+                    (f"{i}/{r.topic}", r.partition, r.offset, r.et, i, j, r.key, r.value)
+                    for i in members
+                    for j, r in enumerate(scenarios[i].records)
+                ],
+                schema,
+            ),
+            ProcessingTimeModel(gap, delay),
+        ).where(~F.col(DUPLICATE))
+        for (gap, delay), members in groups.items()
+    ]
+    ordered: list[list[tuple]] = [[] for _ in scenarios]
+    for row in (
+        reduce(DataFrame.unionByName, timed).select("scenario", "row", PROCESSING_TIME).collect()
+    ):
+        ordered[row[0]].append((row[2], scenarios[row[0]].records[row[1]]))
+    for timed_records in ordered:
+        timed_records.sort(key=lambda x: (x[0], x[1].topic, x[1].partition, x[1].offset))
+    return ordered
+
+
+def _feed(scenario: Scenario, timed: list[tuple]) -> str:
+    job = scenario.job
+    topics = sorted({r.topic for _, r in timed})
+    bounds = dict(job.topic_bounds)
+    if job.combine == "max" and len({bounds.get(t, job.bound) for t in topics}) > 1:
+        raise ValueError(
+            f"{scenario.name}: MAX combining is one generator over every record, with one bound"
+        )
+    lines = [
+        f"size {job.size}",
+        f"slide {job.slide}",
+        f"offset {job.window_offset}",
+        f"domain {job.domain}",
+        f"trigger {job.trigger}",
+        f"lateness {job.lateness}",
+        f"interval {job.interval}",
+        f"emission {job.emission}",
+        f"combine {job.combine}",
+        f"idleness {job.idleness}",
+        f"gap {job.gap}",
+    ]
+    lines += [f"topic {t} {bounds.get(t, job.bound)}" for t in topics]
+    splits = sorted({(topics.index(r.topic), r.partition) for _, r in timed})
+    lines += [f"split {t} {p}" for t, p in splits]
+    lines += [
+        f"r {topics.index(r.topic)} {r.partition} {r.offset} {r.et} {pt} {r.key} {r.value!r}"
+        for pt, r in timed
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_flink(
+    classpath: str, scenarios: list[Scenario], timed: list[list[tuple]]
+) -> list[FlinkRun]:
+    """Replay every scenario on Flink in one JVM."""
+    with tempfile.TemporaryDirectory(prefix="flink-conformance-") as tmp:
+        args = []
+        for i, (scenario, records) in enumerate(zip(scenarios, timed, strict=True)):
+            (Path(tmp) / f"{i}.in").write_text(_feed(scenario, records))
+            args += [f"{tmp}/{i}.in", f"{tmp}/{i}.out"]
+        done = subprocess.run(
+            ["java", "-XX:+UseSerialGC", "-cp", classpath, "FlinkReplay", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode:
+            raise RuntimeError(f"the Flink replay failed:\n{done.stderr[-4000:]}")
+        return [_parse((Path(tmp) / f"{i}.out").read_text()) for i in range(len(scenarios))]
+
+
+def _parse(text: str) -> FlinkRun:
+    run = FlinkRun()
+    for line in text.splitlines():
+        kind, *f = line.split(" ")
+        if kind == "fire":
+            cause, time, key, start, end, wm, count, total, low, high = f
+            run.firings.append(
+                (
+                    cause,
+                    int(time),
+                    key,
+                    int(start),
+                    int(end),
+                    int(wm),
+                    int(count),
+                    float(total),
+                    float(low),
+                    float(high),
+                )
+            )
+        elif kind == "drop":
+            run.dropped.append((int(f[0]), f[1], int(f[2])))
+        elif kind == "side":
+            run.side_output.append(int(f[0]))
+        elif kind == "record":
+            index, windows, dropped = map(int, f)
+            (run.fully_dropped if dropped == windows else run.partly_dropped).add(index)
+    return run
+
+
+def flink_log(run: FlinkRun, job: Job) -> tuple[list[tuple], dict[tuple, int]]:
+    """Flink's firings as an emission log in the plugin's shape (the simulator's tuples):
+    ``emit_time`` = firing time + D3, ``emit_sequence`` = output order per (key, emit_time)."""
+    sequence: dict[tuple, int] = defaultdict(int)
+    emissions = []
+    for cause, time, key, start, end, _wm, count, total, low, high in run.firings:
+        if cause == "c":  # a processing-time timer: due at maxTs, fired 1 ms later
+            time = end - 1 + PROCESSING_TIMER_DELAY_MS
+        if job.trigger == "per_record":
+            firing = "per_record"
+        else:
+            firing = "late" if cause.startswith("e") else "on_time"
+        emit = time + job.operator_delay
+        emissions.append(
+            (key, start, end, emit, sequence[(key, emit)], firing, count, total, low, high)
+        )
+        sequence[(key, emit)] += 1
+    dropped: dict[tuple, int] = defaultdict(int)
+    for _, key, start in run.dropped:
+        dropped[(key, start)] += 1
+    return emissions, dict(dropped)
+
+
+def plugin_view(emissions: list[tuple], job: Job) -> list[tuple]:
+    """The plugin's emissions with the documented difference applied (processing-time
+    windows: written at ``end``, not ``maxTs``), sorted per key by (emit_time, sequence)."""
+    shifted = []
+    for e in emissions:
+        if job.domain == "processing" and e[5] == "on_time":
+            e = (*e[:3], e[3] + PROCESSING_TIMER_DELAY_MS, *e[4:])
+        shifted.append(e)
+    return sorted(shifted, key=_order)
+
+
+def _order(e: tuple) -> tuple:
+    return (e[0], e[3], e[4], e[1])
+
+
+def compare(
+    flink: tuple[list[tuple], dict], plugin: tuple[list[tuple], dict], job: Job
+) -> list[str]:
+    """Differences, as readable lines (empty: identical firings, values, times, drops). The
+    order of a key's firings at one instant is compared through ``emit_sequence``."""
+    f_emissions, f_dropped = sorted(flink[0], key=_order), flink[1]
+    p_emissions, p_dropped = plugin_view(plugin[0], job), plugin[1]
+    problems = []
+    for e in f_emissions:
+        if e not in p_emissions:
+            problems.append(f"Flink only:  {e}")
+    for e in p_emissions:
+        if e not in f_emissions:
+            problems.append(f"plugin only: {e}")
+    for k in sorted(set(f_dropped) | set(p_dropped)):
+        if f_dropped.get(k) != p_dropped.get(k):
+            problems.append(f"dropped {k}: Flink {f_dropped.get(k)}, plugin {p_dropped.get(k)}")
+    return problems

@@ -1,0 +1,222 @@
+"""Conformance scenarios: hand-written archives covering every option, and random ones.
+
+Times are small (ms from the epoch) so that windows, ticks and watermarks are easy to read.
+Every job is one Flink can express: MAX combining is one generator over every record (a
+reader's main output, or an assigner after the union), so it takes one bound for all topics.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from tests.conformance.harness import Scenario
+from tests.reference_simulator import Job, Record
+
+
+def _records(topic: str, partition: int, rows: list[tuple]) -> list[Record]:
+    """``(et, key, value)`` rows at offsets 0, 1, 2, ..."""
+    return [Record(topic, partition, o, et, k, float(v)) for o, (et, k, v) in enumerate(rows)]
+
+
+# The hand-computed example of tests/test_event_time_windows.py: partition 1's record at
+# et=7 arrives after the watermark passed window [0, 10): dropped.
+EXAMPLE = _records("t", 0, [(1, "a", 1), (4, "a", 2), (12, "a", 4), (25, "a", 8)]) + _records(
+    "t", 1, [(2, "a", 16), (30, "b", 32), (31, "b", 64), (7, "a", 128)]
+)
+# Out of order within partitions, ties in processing time, a late partition start.
+JITTER = (
+    _records(
+        "t",
+        0,
+        [
+            (10, "a", 1),
+            (7, "a", 2),
+            (11, "b", 3),
+            (12, "a", 4),
+            (15, "b", 5),
+            (9, "a", 6),
+            (40, "a", 7),
+            (33, "b", 8),
+            (61, "a", 9),
+            (45, "b", 1),
+            (90, "a", 2),
+        ],
+    )
+    + _records(
+        "t",
+        1,
+        [
+            (12, "b", 1),
+            (12, "a", 2),
+            (19, "a", 3),
+            (38, "b", 4),
+            (29, "a", 5),
+            (70, "b", 6),
+            (52, "a", 7),
+            (95, "b", 8),
+        ],
+    )
+    + _records("t", 2, [(35, "a", 9), (20, "b", 1), (66, "a", 2), (58, "a", 3), (99, "b", 4)])
+)
+TWO_TOPICS = JITTER + _records(
+    "u",
+    0,
+    [(5, "a", 10), (18, "b", 20), (31, "a", 30), (27, "a", 40), (64, "b", 50), (88, "a", 60)],
+)
+# Partition 1 goes quiet after two records and comes back much later (below the watermark).
+QUIET = _records(
+    "t", 0, [(et, "ab"[et % 20 // 10], et % 7) for et in range(0, 300, 10)]
+) + _records("t", 1, [(5, "a", 1), (12, "b", 2), (140, "a", 3), (250, "b", 4)])
+# Sessions (gap 10): key a's record at et 21 arrives late alone, but merges with a live session.
+SESSIONS = _records(
+    "t", 0, [(0, "a", 1), (6, "a", 2), (30, "a", 3), (33, "b", 4), (60, "a", 5), (41, "b", 6)]
+) + _records("t", 1, [(2, "b", 7), (28, "a", 8), (21, "a", 9), (70, "a", 1), (80, "b", 2)])
+# Records archived twice (at-least-once ingestion) and an offset gap (compaction).
+COPIES = EXAMPLE + [EXAMPLE[2], EXAMPLE[5]] + [Record("t", 0, 9, 40, "a", 1.0)]
+
+
+def hand_written() -> list[Scenario]:
+    """One scenario per option of the plugin (and a few combinations)."""
+    base = Job(size=10, interval=10)
+    return [
+        Scenario("example", EXAMPLE, base),
+        Scenario("duplicates_and_offset_gaps", COPIES, base),
+        Scenario("tumbling_periodic", JITTER, replace(base, bound=3, interval=5)),
+        Scenario("tumbling_on_event", JITTER, replace(base, bound=3, emission="on_event")),
+        Scenario("on_event_no_timer", JITTER, replace(base, emission="on_event", interval=0)),
+        Scenario("window_offset", JITTER, replace(base, size=20, window_offset=7, interval=3)),
+        Scenario("allowed_lateness", JITTER, replace(base, lateness=15, interval=1)),
+        Scenario(
+            "lateness_on_event", JITTER, replace(base, lateness=20, emission="on_event", bound=2)
+        ),
+        Scenario("sliding", JITTER, replace(base, size=30, slide=10, interval=4)),
+        Scenario("sliding_gaps", JITTER, replace(base, size=10, slide=25, window_offset=3)),
+        Scenario(
+            "sliding_lateness_on_event",
+            JITTER,
+            replace(base, size=20, slide=5, lateness=10, emission="on_event"),
+        ),
+        Scenario("per_record", JITTER, replace(base, trigger="per_record", lateness=5)),
+        Scenario(
+            "per_record_sliding_lateness",
+            JITTER,
+            replace(base, size=20, slide=10, trigger="per_record", lateness=5, interval=3),
+        ),
+        Scenario(
+            "per_record_sliding", JITTER, replace(base, size=20, slide=10, trigger="per_record")
+        ),
+        Scenario("processing_time_tumbling", JITTER, replace(base, domain="processing")),
+        Scenario(
+            "processing_time_sliding", JITTER, replace(base, domain="processing", size=30, slide=10)
+        ),
+        Scenario(
+            "processing_time_per_record",
+            JITTER,
+            replace(base, domain="processing", trigger="per_record", size=20),
+        ),
+        Scenario("max_combine", JITTER, replace(base, combine="max", bound=2)),
+        Scenario(
+            "max_combine_on_event", TWO_TOPICS, replace(base, combine="max", emission="on_event")
+        ),
+        Scenario("two_topics", TWO_TOPICS, replace(base, bound=1)),
+        Scenario(
+            "two_topics_own_bounds",
+            TWO_TOPICS,
+            replace(base, topic_bounds=(("u", 12),), lateness=15),
+        ),
+        Scenario("idleness", QUIET, replace(base, size=50, idleness=30)),
+        Scenario(
+            "idleness_on_event", QUIET, replace(base, size=50, idleness=15, emission="on_event")
+        ),
+        Scenario("sessions", SESSIONS, replace(base, gap=10, interval=5)),
+        Scenario("sessions_lateness", SESSIONS, replace(base, gap=10, lateness=10, interval=1)),
+        Scenario("sessions_per_record", SESSIONS, replace(base, gap=10, trigger="per_record")),
+        Scenario(
+            "sessions_on_event_idleness",
+            QUIET,
+            replace(base, gap=15, emission="on_event", idleness=20, bound=5),
+        ),
+        Scenario("processing_time_sessions", SESSIONS, replace(base, gap=10, domain="processing")),
+        Scenario(
+            "delays_d1_d2_d3",
+            JITTER,
+            replace(base, min_gap=2, min_delay=5, operator_delay=7, lateness=10),
+        ),
+        Scenario(
+            "copies_delays_offset",
+            COPIES,
+            replace(base, min_gap=2, min_delay=5, operator_delay=7, lateness=10, window_offset=3),
+        ),
+    ]
+
+
+#: The hand-written scenarios CI also compares with the Spark backfill (a few seconds each):
+#: together they cover every option; CI compares all of them with the simulator.
+AGAINST_THE_PLUGIN = (
+    "copies_delays_offset",  # tumbling, offset, D1, D2, D3, lateness, duplicates, MIN
+    "sliding_lateness_on_event",  # sliding, on-event watermarks, late firings
+    "per_record_sliding_lateness",  # CountTrigger.of(1), periodic ticks
+    "processing_time_sliding",  # processing-time timers
+    "two_topics_own_bounds",  # two sources, per-topic bounds (the valve)
+    "max_combine_on_event",  # MAX combining
+    "idleness",  # WatermarksWithIdleness
+    "sessions_lateness",  # session windows merging, lateness
+)
+
+
+def _partition(rng: random.Random, topic: str, partition: int) -> list[Record]:
+    """tests/test_differential.py's generator: roughly increasing event times with jitter,
+    some severely late records, offset gaps and copies; some partitions start late or pause."""
+    out, offset, step = [], -1, rng.choice([1, 5, 20])
+    start = rng.choice([0, 0, 0, 500])
+    pause_at, pause = rng.randint(0, 12), rng.choice([0, 0, 400, 1500])
+    for i in range(rng.randint(0, 12)):
+        offset += rng.choice([1, 1, 3])
+        late = rng.randint(50, 400) if rng.random() < 0.1 else 0
+        shift = start + (pause if i >= pause_at else 0)
+        et = max(0, shift + i * step * 5 + rng.randint(-30, 30) - late)
+        value = float(rng.randint(1, 9))
+        out.append(Record(topic, partition, offset, et, rng.choice("abc"), value))
+    return out + [rng.choice(out) for _ in range(rng.randint(0, 2))] if out else out
+
+
+def _job(rng: random.Random, topics: int) -> Job:
+    """Jobs as test_differential draws them, restricted to what both the plugin (idleness:
+    one topic, MIN) and Flink (MAX: one bound) express."""
+    combine = rng.choice(["min", "min", "max"])
+    bounds = rng.choice([(), (), (("t2", 40),), (("t1", 0), ("t2", 15))])
+    return Job(
+        size=rng.choice([10, 50, 100, 300]),
+        slide=rng.choice([0, 0, 20, 35]),
+        window_offset=rng.choice([0, 7]),
+        domain=rng.choice(["event", "event", "processing"]),
+        trigger=rng.choice(["default", "default", "per_record"]),
+        combine=combine,
+        topic_bounds=() if combine == "max" else bounds,
+        bound=rng.choice([0, 5, 30]),
+        interval=rng.choice([1, 7, 50, 200]),
+        emission=rng.choice(["periodic", "on_event"]),
+        lateness=rng.choice([0, 0, 20, 100]),
+        min_gap=rng.choice([0, 0, 1, 3]),
+        min_delay=rng.choice([0, 10]),
+        operator_delay=rng.choice([0, 5]),
+        idleness=rng.choice([0, 10, 60, 300]) if combine == "min" and topics == 1 else 0,
+        gap=rng.choice([0, 0, 15, 60]),
+    )
+
+
+def generated(n: int, seed: int = 0) -> list[Scenario]:
+    """``n`` random scenarios from ``seed`` (non-empty archives)."""
+    rng = random.Random(seed)
+    scenarios: list[Scenario] = []
+    while len(scenarios) < n:
+        records = []
+        topics = rng.choice([["t1"], ["t1", "t2"]])
+        for topic in topics:
+            for p in range(rng.randint(1, 3)):
+                records += _partition(rng, topic, p)
+        job = _job(rng, len(topics))
+        if records:
+            scenarios.append(Scenario(f"random_{seed}_{len(scenarios)}", records, job))
+    return scenarios
