@@ -51,6 +51,7 @@ from feast_stream_backfill.watermarks import (
     LONG_MIN,
     POSITION,
     TICK_SLOT,
+    clock_position,
     tick_position,
 )
 from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, Domain, check_window
@@ -257,9 +258,10 @@ def session_firings(
     firings = out.where(F.col("_row") == "firing")
     tick = (F.col("_fire_key").bitwiseAND(F.lit(TICK_SLOT))) == TICK_SLOT
     by_record = windowed.select(F.col("_key").alias("_fire_key"), POSITION)
+    fired_at = F.shiftright("_fire_key", KEY_BITS)
+    at_tick = clock_position(fired_at) if not event_time else tick_position(fired_at)
     firings = firings.join(by_record, "_fire_key", "left").withColumn(
-        FIRE_POSITION,
-        F.when(tick, tick_position(F.shiftright("_fire_key", KEY_BITS))).otherwise(F.col(POSITION)),
+        FIRE_POSITION, F.when(tick, at_tick).otherwise(F.col(POSITION))
     )
     dropped = out.where(F.col("_row") == "dropped").select(
         *keys, WINDOW_START, WINDOW_END, F.col("_n").alias("dropped_count")

@@ -7,8 +7,9 @@ As ``WindowOperator`` applies a trigger to a record arriving when the watermark 
 - :class:`EventTimeTrigger` (Flink's default for event time): ``W < maxTs``: buffered, the
   window fires ON TIME when the watermark reaches ``maxTs``; ``maxTs <= W < maxTs + L``: the
   window fires at once (LATE) with everything it holds.
-- :class:`ProcessingTimeTrigger` (default for processing time): fires when the clock reaches
-  ``maxTs``; a record always lands in the window of its own processing time, never late.
+- :class:`ProcessingTimeTrigger` (default for processing time): fires when the clock passes
+  ``maxTs`` (at ``maxTs + 1``, Flink's timer delay); a record always lands in the window of its
+  own processing time, never late.
 - :class:`PerRecordTrigger` (``CountTrigger.of(1)``): every accepted record fires each of its
   windows at once (PER_RECORD); the window is still closed by its time criterion.
 
@@ -26,7 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
-from feast_stream_backfill.watermarks import POSITION, TARGET, tick_position
+from feast_stream_backfill.watermarks import POSITION, TARGET, clock_position
 from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, max_timestamp
 
 STATUS, FIRE_POSITION, FIRED_BY_RECORD = "_status", "_fire_pos", "_fired_by_record"
@@ -152,8 +153,9 @@ class EventTimeTrigger:
 
 @dataclass(frozen=True)
 class ProcessingTimeTrigger:
-    """Flink's default trigger for processing-time windows: fire at ``maxTs`` by the clock,
-    after the records read in that millisecond. Empty windows have no timer: no firing."""
+    """Flink's default trigger for processing-time windows: fire when the clock passes
+    ``maxTs``, after the records read in that millisecond, i.e. at ``maxTs + 1 = end`` (real
+    Flink; SEMANTICS.md says ``maxTs``). Empty windows have no timer: no firing."""
 
     domain = "processing"
 
@@ -166,7 +168,7 @@ class ProcessingTimeTrigger:
     def firings(
         self, classified: DataFrame, keys: Sequence[str], aggregations: Sequence[Aggregation]
     ) -> DataFrame:
-        return _fired_by_timer(classified, keys, aggregations, tick_position(max_timestamp()))
+        return _fired_by_timer(classified, keys, aggregations, clock_position(max_timestamp()))
 
 
 @dataclass(frozen=True)

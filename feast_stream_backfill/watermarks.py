@@ -53,6 +53,13 @@ def tick_position(time: Column) -> Column:
     return position(time, 1, F.lit(""), F.lit(0), F.lit(0).cast("long"))
 
 
+def clock_position(max_ts: Column) -> Column:
+    """A processing-time timer for ``maxTs``: Flink fires it at ``maxTs + 1`` at the earliest
+    (``ProcessingTimeServiceUtil.getProcessingTimeDelay`` adds 1 ms so that the records of
+    ``maxTs`` are in), so it stands at ``maxTs + 1``, before the records of that ms."""
+    return position(max_ts + 1, -1, F.lit(""), F.lit(0), F.lit(0).cast("long"))
+
+
 @dataclass(frozen=True)
 class WatermarkStrategy:
     """Flink's ``forBoundedOutOfOrderness(B)`` with ``pipeline.auto-watermark-interval`` I.

@@ -176,8 +176,8 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
     def advance_clock(before: float) -> None:
         """Processing-time timers strictly before ``before`` (records of a ms come first)."""
         for timer in sorted(t for t in clock_timers if t[0] < before):
-            clock_timers.discard(timer)
-            emit(timer[1], timer[2], timer[0], "on_time")
+            clock_timers.discard(timer)  # Flink fires it 1 ms after maxTs (getProcessingTimeDelay)
+            emit(timer[1], timer[2], timer[0] + 1, "on_time")
         if job.domain == "processing":
             purge_sessions(lambda max_ts: max_ts < before)
 

@@ -112,9 +112,9 @@ def test_allowed_lateness_late_firings_and_a_session_extended_after_firing(make_
 
 
 def test_processing_time_sessions_fire_by_the_clock(make_archive):
-    # pt 0 and 5: [0, 10) and [5, 15) merge, fire when the clock passes 14; pt 30: [30, 40)
-    # fires at 39 (a live job's clock goes on after the archive).
+    # pt 0 and 5: [0, 10) and [5, 15) merge, fire when the clock passes 14, at 15 (Flink's
+    # timer delay); pt 30: [30, 40) at 40 (a live job's clock goes on after the archive).
     rows = [(0, 0, 0, "a", 1.0), (0, 1, 5, "a", 2.0), (0, 2, 30, "a", 4.0)]
     spark, simulated, _, _ = logs(make_archive, rows, domain="processing")
-    expected = [("a", 0, 15, 14, 0, "on_time", 2, 3.0), ("a", 30, 40, 39, 0, "on_time", 1, 4.0)]
+    expected = [("a", 0, 15, 15, 0, "on_time", 2, 3.0), ("a", 30, 40, 40, 0, "on_time", 1, 4.0)]
     assert spark == simulated == expected

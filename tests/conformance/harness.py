@@ -38,12 +38,6 @@ HERE = Path(__file__).resolve().parent
 LIB, CLASSES = HERE / "lib", HERE / "classes"
 SOURCES = sorted((HERE / "src").glob("*.java"))
 
-#: Flink's SystemProcessingTimeService fires a timer for ``t`` at ``t + 1`` at the earliest
-#: (``ProcessingTimeServiceUtil.getProcessingTimeDelay``), so a processing-time window is
-#: written at its ``end``; the plugin says ``maxTs = end - 1``. A documented difference
-#: (README, "Conformance with real Flink"); the comparison shifts the plugin's time by it.
-PROCESSING_TIMER_DELAY_MS = 1
-
 
 @dataclass(frozen=True)
 class Scenario:
@@ -220,8 +214,8 @@ def flink_log(run: FlinkRun, job: Job) -> tuple[list[tuple], dict[tuple, int]]:
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
     for cause, time, key, start, end, _wm, count, total, low, high in run.firings:
-        if cause == "c":  # a processing-time timer: due at maxTs, fired 1 ms later
-            time = end - 1 + PROCESSING_TIMER_DELAY_MS
+        if cause == "c":  # a processing-time timer for maxTs: Flink fires it 1 ms later
+            time = end  # (ProcessingTimeServiceUtil.getProcessingTimeDelay), as the plugin
         if job.trigger == "per_record":
             firing = "per_record"
         else:
@@ -237,17 +231,6 @@ def flink_log(run: FlinkRun, job: Job) -> tuple[list[tuple], dict[tuple, int]]:
     return emissions, dict(dropped)
 
 
-def plugin_view(emissions: list[tuple], job: Job) -> list[tuple]:
-    """The plugin's emissions with the documented difference applied (processing-time
-    windows: written at ``end``, not ``maxTs``), sorted per key by (emit_time, sequence)."""
-    shifted = []
-    for e in emissions:
-        if job.domain == "processing" and e[5] == "on_time":
-            e = (*e[:3], e[3] + PROCESSING_TIMER_DELAY_MS, *e[4:])
-        shifted.append(e)
-    return sorted(shifted, key=_order)
-
-
 def _order(e: tuple) -> tuple:
     return (e[0], e[3], e[4], e[1])
 
@@ -258,7 +241,7 @@ def compare(
     """Differences, as readable lines (empty: identical firings, values, times, drops). The
     order of a key's firings at one instant is compared through ``emit_sequence``."""
     f_emissions, f_dropped = sorted(flink[0], key=_order), flink[1]
-    p_emissions, p_dropped = plugin_view(plugin[0], job), plugin[1]
+    p_emissions, p_dropped = sorted(plugin[0], key=_order), plugin[1]
     problems = []
     for e in f_emissions:
         if e not in p_emissions:
