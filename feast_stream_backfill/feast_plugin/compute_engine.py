@@ -14,8 +14,9 @@ timestamp is not newer than the stored one, so a rerun writes nothing new: idemp
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any, Literal
@@ -32,10 +33,13 @@ from feast.infra.compute_engines.base import ComputeEngine
 from feast.infra.passthrough_provider import PassthroughProvider
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
 from feast.utils import _convert_arrow_to_proto
+from pyspark.accumulators import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from tqdm import tqdm
 
 from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter, supports
 from feast_stream_backfill.online_state import state_at
 
 
@@ -111,7 +115,7 @@ class StreamBackfillComputeEngine(ComputeEngine):
             emissions = emissions_for(self.repo_config, view)
             keys = [e.name for e in view.entity_columns]
             state = state_at(emissions, keys, _utc(task.end_time), _utc(task.start_time))
-            written = write_online(state, view, self.repo_config)
+            written = write_online(state, view, self.repo_config, task.tqdm_builder)
         except Exception as exc:  # Feast raises job.error() for an ERROR job
             return StreamBackfillMaterializationJob(MaterializationJobStatus.ERROR, exc)
         return StreamBackfillMaterializationJob(
@@ -133,44 +137,109 @@ def _check_online_store(config: RepoConfig, online_store: Any) -> None:
 
 
 def _write_partition(
-    config_bytes: bytes, view_bytes: bytes, batches: Iterator[pa.RecordBatch]
+    config_bytes: bytes,
+    view_bytes: bytes,
+    written: Accumulator,
+    partitions: Accumulator,
+    batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """Runs on an executor: one online-store client for the whole Spark partition."""
+    """Runs on an executor: one Redis connection for the whole Spark partition, Feast's bytes
+    (its own ``online_write_batch`` where the batch writer does not cover the store or types)."""
     from feast.protos.feast.core.StreamFeatureView_pb2 import StreamFeatureView as ViewProto
 
     repo_config = dill.loads(config_bytes)
     fv = StreamFeatureView.from_proto(ViewProto.FromString(view_bytes), skip_udf=True)
-    online_store = PassthroughProvider(repo_config).online_store
-    value_types = {e.name: e.dtype.to_value_type() for e in fv.entity_columns}
-    written = 0
-    for batch in batches:
-        if batch.num_rows:
-            data = _convert_arrow_to_proto(batch, fv, value_types)
-            online_store.online_write_batch(repo_config, fv, data, None)
-            written += batch.num_rows
-    yield pa.RecordBatch.from_pydict({"written": [written]})
+    rows = 0
+    if supports(repo_config, fv):
+        writer = RedisBatchWriter(repo_config, fv, fv.batch_source.timestamp_field)
+        try:
+            for batch in batches:
+                writer.write(batch)
+                rows += batch.num_rows
+            writer.flush()
+        finally:
+            writer.close()
+    else:
+        online_store = PassthroughProvider(repo_config).online_store
+        value_types = {e.name: e.dtype.to_value_type() for e in fv.entity_columns}
+        for batch in batches:
+            if batch.num_rows:
+                data = _convert_arrow_to_proto(batch, fv, value_types)
+                online_store.online_write_batch(repo_config, fv, data, None)
+                rows += batch.num_rows
+    written.add(rows)
+    partitions.add(1)
+    yield pa.RecordBatch.from_pydict({"written": [rows]})
 
 
-def write_online(state: DataFrame, view: StreamFeatureView, config: RepoConfig) -> int:
-    """Write one row per key through Feast's online store, from the executors; returns rows."""
+def write_online(
+    state: DataFrame,
+    view: StreamFeatureView,
+    config: RepoConfig,
+    tqdm_builder: Callable[[int | None], tqdm] | None = None,
+) -> int:
+    """Write one row per key through Feast's online store, from the executors; returns rows.
+
+    Progress: a bar per view counting the keys of finished Spark partitions (accumulators are
+    merged as tasks end), refreshed twice a second while the write runs.
+    """
     keys = [e.name for e in view.entity_columns]
     features = [f.name for f in view.features if f.name not in keys]
     ts_field = view.batch_source.timestamp_field
     rows = state.select(*keys, *features, F.col("emit_time").alias(ts_field))
     config_bytes, view_bytes = dill.dumps(config), view.to_proto().SerializeToString()
-
-    try:
-        total = (
-            rows.mapInArrow(partial(_write_partition, config_bytes, view_bytes), "written long")
-            .agg(F.sum("written"))
-            .first()[0]
-        )
-    except Exception as exc:
-        raise OnlineStoreWriteError(
-            f"writing {view.name!r} to the online store failed part-way; rerun materialize "
-            f"once it is back (rewrites are idempotent): {_cause(exc)}"
-        ) from exc
+    context = rows.sparkSession.sparkContext
+    written, partitions = context.accumulator(0), context.accumulator(0)
+    writer = partial(_write_partition, config_bytes, view_bytes, written, partitions)
+    address = config.online_store.connection_string
+    with _Progress(view.name, written, partitions, tqdm_builder):
+        try:
+            total = rows.mapInArrow(writer, "written long").agg(F.sum("written")).first()[0]
+        except Exception as exc:
+            raise OnlineStoreWriteError(
+                f"writing {view.name!r} to the online store at {address!r} failed part-way "
+                f"({written.value:,} keys written by the partitions that finished); the interval "
+                f"is not recorded as materialized: rerun materialize once the store is back "
+                f"(rewrites are idempotent). Cause: {_cause(exc)}"
+            ) from exc
     return int(total or 0)
+
+
+class _Progress:
+    """A tqdm bar of keys written, fed from accumulators by a daemon thread."""
+
+    def __init__(
+        self,
+        name: str,
+        written: Accumulator,
+        partitions: Accumulator,
+        tqdm_builder: Callable[[int | None], tqdm] | None,
+    ) -> None:
+        self._written, self._partitions = written, partitions
+        self._bar = (tqdm_builder or (lambda total: tqdm(total=total, ncols=100)))(None)
+        self._bar.set_description_str(name)
+        self._bar.unit = " keys"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _refresh(self) -> None:
+        if self._written.value != self._bar.n:
+            self._bar.update(self._written.value - self._bar.n)
+            self._bar.set_postfix_str(f"{self._partitions.value} partitions done")
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.5):
+            self._refresh()
+
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._refresh()
+        self._bar.close()
 
 
 def _cause(exc: BaseException) -> str:
