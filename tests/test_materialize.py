@@ -53,7 +53,7 @@ BULK_USERS = 20_000
 FEATURES_PY = """
 from datetime import timedelta
 
-from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
+from feast import Entity, FeatureView, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Float64, Int64, String
@@ -61,6 +61,7 @@ from feast.types import Float64, Int64, String
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
 
 user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
+item = Entity(name="item", join_keys=["item_id"], value_type=ValueType.STRING)  # not user's
 
 
 def topic(name):
@@ -89,6 +90,13 @@ def view(name, source, **tags):
 spend_1m = view("spend_1m", topic("small"), allowed_lateness=timedelta(minutes=2),
                 min_gap=timedelta(seconds=1))
 bulk_spend = view("bulk_spend", topic("bulk"))
+profile = FeatureView(
+    name="profile", entities=[user], ttl=timedelta(hours=1),
+    schema=[Field(name="user_id", dtype=String), Field(name="score", dtype=Float64),
+            Field(name="visits", dtype=Int64)],
+    source=FileSource(name="profiles", path="data/profile", file_format=DeltaFormat(),
+                      timestamp_field="event_ts", created_timestamp_column="created",
+                      field_mapping={"score_raw": "score"}))
 """
 
 YAML = """project: mat
@@ -102,6 +110,19 @@ offline_store:
 batch_engine:
   type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
 """
+
+#: Batch view ``profile`` (source column ``score_raw`` is feature ``score``), materialized over
+#: [10:00, 10:10]: u1's 10:05 row (its 10:20 row is after END), u2's tie at 10:03 goes to the
+#: later created 11:30 (score 4), u3's only row (09:59) is before START, u4's is at END.
+PROFILE = [
+    ("u1", 1.0, 1, "10:01:00", "10:01:00"),
+    ("u1", 2.0, 2, "10:05:00", "10:05:00"),
+    ("u1", 99.0, 99, "10:20:00", "10:20:00"),
+    ("u2", 4.0, 4, "10:03:00", "11:30:00"),
+    ("u2", 3.0, 3, "10:03:00", "11:00:00"),
+    ("u3", 5.0, 5, "09:59:00", "09:59:00"),
+    ("u4", 6.0, 6, "10:10:00", "10:10:00"),
+]
 
 SMALL = [
     (0, "10:00:10", "u1", 1.0),
@@ -218,6 +239,16 @@ def repo(tmp_path_factory, spark):
     ).select(
         "partition", "offset", F.to_timestamp("ts").alias("event_time"), "user_id", "amount"
     ).write.format("delta").save(str(path / "data/archive/small"))
+    spark.createDataFrame(
+        [(u, s, v, f"2026-01-01 {e}", f"2026-01-01 {c}") for u, s, v, e, c in PROFILE],
+        "user_id string, score_raw double, visits long, e string, c string",
+    ).select(
+        "user_id",
+        "score_raw",
+        "visits",
+        F.to_timestamp("e").alias("event_ts"),
+        F.to_timestamp("c").alias("created"),
+    ).write.format("delta").save(str(path / "data/profile"))
     # BULK_USERS users with one record each in [10:00, 10:01); one record at 10:05 in each of
     # the two partitions then fires that window.
     start = int(t("10:00:00").timestamp() * 1000)
@@ -452,7 +483,26 @@ def test_a_partition_writes_all_its_batches_on_one_connection(repo, servers):
     before = server.client.info("stats")["total_connections_received"]
     written, partitions = _Counter(), _Counter()
     config, proto = dill.dumps(store.config), view.to_proto().SerializeToString()
-    out = list(_write_partition(config, proto, written, partitions, iter(batches)))
+    out = list(_write_partition(config, proto, True, written, partitions, iter(batches)))
     assert server.client.info("stats")["total_connections_received"] - before == 1
     assert out[0].to_pydict() == {"written": [500]}
     assert (written.value, partitions.value, server.client.dbsize()) == (500, 1, 500)
+
+
+def test_a_batch_feature_view_materializes_its_latest_row_in_the_range_per_key(repo, servers):
+    a = servers["a"]
+    a.client.flushall()
+    store = store_on(repo, a)
+    store.materialize(t("10:00:00"), t("10:10:00"), ["spend_1m", "profile"])
+    users = [{"user_id": u} for u in ("u1", "u2", "u3", "u4")]
+    got = store.get_online_features(["profile:score", "profile:visits"], users).to_dict()
+    assert (got["score"], got["visits"]) == ([2.0, 4.0, None, 6.0], [2, 4, None, 6])
+    assert spend(store, ["u1", "u2", "u3", "u4"]) == [4.0, 16.0, 32.0, None]
+    (u1,) = [k for k in a.content() if b"u1" in k]
+    assert Timestamp.FromString(a.content()[u1][b"_ts:profile"]).ToDatetime() == datetime(
+        2026, 1, 1, 10, 5
+    ), "stored with its event timestamp"
+    first = a.content()
+    assert len(first) == 4  # u1..u4: the two views share each user's hash
+    store.materialize(t("10:00:00"), t("10:10:00"), ["spend_1m", "profile"])
+    assert a.content() == first, "a rerun changes nothing"

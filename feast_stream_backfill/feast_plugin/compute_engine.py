@@ -6,7 +6,9 @@
       type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
 
 For ``materialize START END`` each key that emitted in ``[START, END]`` gets its last
-emission at or before END, stored with its ``emit_time`` as the timestamp. Rows are written
+emission at or before END, stored with its ``emit_time`` as the timestamp. An ordinary batch
+``FeatureView`` gets Feast's own rule: per key, its latest source row with event timestamp in
+``[START, END]`` (created timestamp breaks ties), stored with that event timestamp. Rows are written
 from the Spark executors through Feast's own online store (its Redis key encoding, ``_ts``
 field and ttl), one connection per Spark partition. Feast's Redis writer skips a row whose
 timestamp is not newer than the stored one, so a rerun writes nothing new: idempotent.
@@ -23,7 +25,7 @@ from typing import Any, Literal
 
 import dill
 import pyarrow as pa
-from feast import StreamFeatureView
+from feast import FeatureView, StreamFeatureView
 from feast.infra.common.materialization_job import (
     MaterializationJob,
     MaterializationJobStatus,
@@ -32,7 +34,7 @@ from feast.infra.common.materialization_job import (
 from feast.infra.compute_engines.base import ComputeEngine
 from feast.infra.passthrough_provider import PassthroughProvider
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
-from feast.utils import _convert_arrow_to_proto
+from feast.utils import _convert_arrow_to_proto, _get_column_names
 from pyspark.accumulators import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -108,19 +110,39 @@ class StreamBackfillComputeEngine(ComputeEngine):
         self, registry: Any, task: MaterializationTask, **kwargs: Any
     ) -> MaterializationJob:
         view = task.feature_view
+        start, end = _utc(task.start_time), _utc(task.end_time)
         try:
-            if not isinstance(view, StreamFeatureView):
-                raise ValueError(f"{view.name!r}: this engine materializes stream feature views")
             _check_online_store(self.repo_config, self.online_store)
-            emissions = emissions_for(self.repo_config, view)
-            keys = [e.name for e in view.entity_columns]
-            state = state_at(emissions, keys, _utc(task.end_time), _utc(task.start_time))
-            written = write_online(state, view, self.repo_config, task.tqdm_builder)
+            if isinstance(view, StreamFeatureView):
+                emissions = emissions_for(self.repo_config, view)
+                keys = [e.name for e in view.entity_columns]
+                state, timestamp = state_at(emissions, keys, end, start), "emit_time"
+            else:
+                state = self._latest_rows(registry, task.project, view, start, end)
+                timestamp = view.batch_source.timestamp_field
+            written = write_online(state, view, self.repo_config, task.tqdm_builder, timestamp)
         except Exception as exc:  # Feast raises job.error() for an ERROR job
             return StreamBackfillMaterializationJob(MaterializationJobStatus.ERROR, exc)
         return StreamBackfillMaterializationJob(
             MaterializationJobStatus.SUCCEEDED, keys_written=written
         )
+
+    def _latest_rows(
+        self, registry: Any, project: str, view: FeatureView, start: datetime, end: datetime
+    ) -> DataFrame:
+        """A batch view's latest row per key in ``[start, end]``, by the offline store's
+        ``pull_latest_from_table_or_query``, renamed by the source's ``field_mapping``.
+
+        Only the view's own entities are passed to ``_get_column_names`` (it takes every
+        entity's join key it is given)."""
+        entities = [registry.get_entity(name, project) for name in view.entities]
+        keys, features, timestamp, created = _get_column_names(view, entities)
+        job = self.offline_store.pull_latest_from_table_or_query(
+            self.repo_config, view.batch_source, keys, features, timestamp, created, start, end
+        )
+        rows = job.to_spark_df()
+        mapping = view.batch_source.field_mapping or {}
+        return rows.toDF(*[mapping.get(c, c) for c in rows.columns])
 
 
 def _check_online_store(config: RepoConfig, online_store: Any) -> None:
@@ -136,19 +158,29 @@ def _check_online_store(config: RepoConfig, online_store: Any) -> None:
         ) from exc
 
 
+def _view_from_proto(view_bytes: bytes, stream: bool) -> FeatureView:
+    """The view rebuilt on an executor from its own proto class."""
+    if stream:
+        from feast.protos.feast.core.StreamFeatureView_pb2 import StreamFeatureView as StreamProto
+
+        return StreamFeatureView.from_proto(StreamProto.FromString(view_bytes), skip_udf=True)
+    from feast.protos.feast.core.FeatureView_pb2 import FeatureView as ViewProto
+
+    return FeatureView.from_proto(ViewProto.FromString(view_bytes), skip_udf=True)
+
+
 def _write_partition(
     config_bytes: bytes,
     view_bytes: bytes,
+    stream: bool,
     written: Accumulator,
     partitions: Accumulator,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """Runs on an executor: one Redis connection for the whole Spark partition, Feast's bytes
     (its own ``online_write_batch`` where the batch writer does not cover the store or types)."""
-    from feast.protos.feast.core.StreamFeatureView_pb2 import StreamFeatureView as ViewProto
-
     repo_config = dill.loads(config_bytes)
-    fv = StreamFeatureView.from_proto(ViewProto.FromString(view_bytes), skip_udf=True)
+    fv = _view_from_proto(view_bytes, stream)
     rows = 0
     if supports(repo_config, fv):
         writer = RedisBatchWriter(repo_config, fv, fv.batch_source.timestamp_field)
@@ -174,11 +206,17 @@ def _write_partition(
 
 def write_online(
     state: DataFrame,
-    view: StreamFeatureView,
+    view: FeatureView,
     config: RepoConfig,
     tqdm_builder: Callable[[int | None], tqdm] | None = None,
+    timestamp: str = "emit_time",
 ) -> int:
     """Write one row per key through Feast's online store, from the executors; returns rows.
+
+    ``timestamp`` names the column stored as Feast's event timestamp (``emit_time`` for an
+    emission log); it is written under the view's ``batch_source.timestamp_field``, and the
+    source's created-timestamp column goes along when ``state`` has it (Feast's own writer
+    reads it).
 
     Progress: a bar per view counting the keys of finished Spark partitions (accumulators are
     merged as tasks end), refreshed twice a second while the write runs.
@@ -186,11 +224,14 @@ def write_online(
     keys = [e.name for e in view.entity_columns]
     features = [f.name for f in view.features if f.name not in keys]
     ts_field = view.batch_source.timestamp_field
-    rows = state.select(*keys, *features, F.col("emit_time").alias(ts_field))
+    created = view.batch_source.created_timestamp_column
+    extra = [created] if created and created in state.columns and created != ts_field else []
+    rows = state.select(*keys, *features, F.col(timestamp).alias(ts_field), *extra)
     config_bytes, view_bytes = dill.dumps(config), view.to_proto().SerializeToString()
     context = rows.sparkSession.sparkContext
     written, partitions = context.accumulator(0), context.accumulator(0)
-    writer = partial(_write_partition, config_bytes, view_bytes, written, partitions)
+    stream = isinstance(view, StreamFeatureView)
+    writer = partial(_write_partition, config_bytes, view_bytes, stream, written, partitions)
     address = config.online_store.connection_string
     with _Progress(view.name, written, partitions, tqdm_builder):
         try:
