@@ -72,30 +72,15 @@ def idle_periods(
     )
 
 
-def tick(time: Column) -> Column:
-    return F.struct(
-        time.alias("time"),
-        F.lit(1).alias("phase"),
-        F.lit("").alias("topic"),
-        F.lit(0).alias("partition"),
-        F.lit(0).cast("long").alias("offset"),
-    )
-
-
-def idle_events(idle: DataFrame) -> DataFrame:
-    """A partition's idle periods as :func:`watermark_replay.replay` events, at positions."""
+def idle_events(idle: DataFrame, went_idle: Column, woke: Column) -> DataFrame:
+    """:func:`idle_periods` as :func:`watermark_replay.replay` events: ``IDLE`` at
+    ``went_idle``, ``ACTIVE`` at ``woke`` (where a record wakes the partition), both given as
+    the caller orders positions."""
+    none = F.lit(0).cast("long").alias("_value")
     return idle.select(
-        TOPIC,
-        PARTITION,
-        tick(F.col("_idle_from")).alias("_at"),
-        F.lit(IDLE).alias("_kind"),
-        F.lit(0).cast("long").alias("_value"),
+        TOPIC, PARTITION, went_idle.alias("_at"), F.lit(IDLE).alias("_kind"), none
     ).unionByName(
-        idle.where(F.col("_idle_until").isNotNull()).select(
-            TOPIC,
-            PARTITION,
-            F.col("_idle_until").alias("_at"),
-            F.lit(ACTIVE).alias("_kind"),
-            F.lit(0).cast("long").alias("_value"),
+        idle.where(woke.isNotNull()).select(
+            TOPIC, PARTITION, woke.alias("_at"), F.lit(ACTIVE).alias("_kind"), none
         )
     )

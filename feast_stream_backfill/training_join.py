@@ -100,35 +100,3 @@ def as_of_join(
         output_names=output_names,
     )
     return predictions.join(values, on=[*keys, prediction_time], how="left")
-
-
-def event_time_values(
-    predictions: DataFrame,
-    rows: DataFrame,
-    keys: Sequence[str],
-    prediction_time: str,
-    features: Sequence[str],
-    *,
-    timestamp: str,
-    created: str | None = None,
-    ttl_seconds: float | None = None,
-    output_names: Sequence[str] | None = None,
-) -> DataFrame:
-    """Feast's point-in-time rule for an ordinary (batch) feature view, by the same sort.
-
-    Per distinct ``(keys, prediction_time)``: the row with the latest ``timestamp <= t`` (a row
-    at exactly t is visible), null if it is older than ``t - ttl`` (inclusive, as Feast);
-    among rows with the same timestamp the latest ``created`` wins, a null ``created`` losing
-    to any other (Feast sorts nulls first and keeps the last).
-    """
-    return as_of_values(
-        predictions,
-        rows,
-        keys,
-        prediction_time,
-        features,
-        emission_time=timestamp,
-        sequence=created,
-        ttl_seconds=ttl_seconds,
-        output_names=output_names,
-    )

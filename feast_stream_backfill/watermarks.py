@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill.idleness import idle_events, idle_periods
 from feast_stream_backfill.processing_time import PROCESSING_TIME
 from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
-from feast_stream_backfill.watermark_replay import ACTIVE, IDLE, REACH, replay
+from feast_stream_backfill.watermark_replay import REACH, replay
 
 POSITION, TARGET, REACHED = "_pos", "_target", "_reached"
 
@@ -211,7 +211,7 @@ def _reaches_with_idleness(
         F.col(REACHED).alias("_at"),
         F.lit(REACH).alias("_kind"),
         F.col("_level").alias("_value"),
-    ).unionByName(idle_events(idle))
+    ).unionByName(idle_events(idle, tick_position(F.col("_idle_from")), F.col("_idle_until")))
     at = F.col("_at") if strategy.emission == "on_event" else strategy.emitted_at(F.col("_at"))
     fields = [
         ("time", "long"),
@@ -292,20 +292,8 @@ def watermark_timeline(
         wakes = F.col("_idle_until")
         if strategy.emission == "periodic":
             wakes = tick_key(F.ceil(F.col("_wakes_at") / interval).cast("long") * interval)
-        none = F.lit(0).cast("long").alias("_value")
-        rises = rises.unionByName(
-            idle.select(
-                TOPIC,
-                PARTITION,
-                tick_key(F.col("_idle_from")).alias("_g"),
-                none,
-                F.lit(IDLE).alias("_kind"),
-            )
-        ).unionByName(
-            idle.where(wakes.isNotNull()).select(
-                TOPIC, PARTITION, wakes.alias("_g"), none, F.lit(ACTIVE).alias("_kind")
-            )
-        )
+        events = idle_events(idle, tick_key(F.col("_idle_from")), wakes)
+        rises = rises.unionByName(events.withColumnRenamed("_at", "_g"))
     partitions = [
         (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
     ]

@@ -43,7 +43,7 @@ from feast_stream_backfill.emission_store import ensure_emission_log
 from feast_stream_backfill.feast_plugin.definitions import resolve_path, stream_job
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import get_spark
-from feast_stream_backfill.training_join import as_of_values, event_time_values
+from feast_stream_backfill.training_join import as_of_values
 
 _ROW = "_fsb_row"
 
@@ -275,14 +275,17 @@ class StreamBackfillOfflineStore(OfflineStore):
                     entity, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
                 )
             else:
-                values = event_time_values(
+                # Feast's rule for a batch view: the latest row with timestamp <= t; among
+                # equal timestamps the latest created wins, a null created losing (Feast sorts
+                # nulls first and keeps the last): the same sort, by other columns.
+                values = as_of_values(
                     entity,
                     rows.frame,
                     rows.keys,
                     ts,
                     wanted,
-                    timestamp=rows.time,
-                    created=rows.created,
+                    emission_time=rows.time,
+                    sequence=rows.created,
                     ttl_seconds=ttl,
                     output_names=names,
                 )
