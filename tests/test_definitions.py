@@ -23,7 +23,7 @@ from feast_stream_backfill import (
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, stream_job
 
 
-def view(aggregations, tags=None) -> StreamFeatureView:
+def view(aggregations, tags=None, udf=None) -> StreamFeatureView:
     archive = FileSource(
         name="clicks_archive",
         path="data/clicks",
@@ -48,8 +48,11 @@ def view(aggregations, tags=None) -> StreamFeatureView:
         aggregations=aggregations,
         timestamp_field="ts",
         tags=tags or {},
+        udf=udf,
+        udf_string=udf and "def keep(df): return df",
+        mode="spark",
     )
-    return StreamFeatureView.from_proto(sfv.to_proto(), skip_udf=True)
+    return StreamFeatureView.from_proto(sfv.to_proto(), skip_udf=udf is None)
 
 
 def test_a_declared_view_becomes_the_job_it_declares():
@@ -112,3 +115,13 @@ def test_tags_declare_session_windows_and_idleness():
     assert job.trigger == EventTimeTrigger(5_000)
     with pytest.raises(ValueError, match="need a time_window .or a session_gap tag"):
         stream_job(view(sessions, backfill_tags()))
+
+
+def keep(df):
+    return df
+
+
+def test_a_udf_is_refused_not_silently_skipped():
+    window = [FeastAggregation(column="amount", function="sum", time_window=timedelta(minutes=5))]
+    with pytest.raises(NotImplementedError, match="'clicks_5m' has a udf .*derived_tags"):
+        stream_job(view(window, udf=keep))

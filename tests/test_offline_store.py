@@ -25,6 +25,8 @@ column ``risk_score`` mapped to ``risk``): m1 0.1 at 10:00; at 10:05 three rows,
 
 ``pair_visits`` (batch, parquet, entities user + merchant, no ttl): u1m1 3 at 09:00 and 4 at
 10:10:30; u1m2 8 at 09:30.
+
+``pair_average`` (on demand, pandas): ``spend_5m / transactions_5m`` of pair_spend's value.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 import pytest
 from feast import (
+    BatchFeatureView,
     Entity,
     FeatureStore,
     FeatureView,
@@ -47,6 +50,7 @@ from feast import (
 from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat, ParquetFormat
 from feast.infra.offline_stores.file_source import SavedDatasetFileStorage
+from feast.on_demand_feature_view import on_demand_feature_view
 from feast.types import Float64, Int64, String
 from pyspark.sql import functions as F
 
@@ -187,7 +191,14 @@ def definitions() -> list:
             timestamp_field="event_time",
         ),
     )
-    return [user, merchant, payments, pair_spend, merchant_risk, pair_visits]
+
+    @on_demand_feature_view(
+        sources=[pair_spend], schema=[Field(name="average", dtype=Float64)], mode="pandas"
+    )
+    def pair_average(inputs: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame({"average": inputs["spend_5m"] / inputs["transactions_5m"]})
+
+    return [user, merchant, payments, pair_spend, merchant_risk, pair_visits, pair_average]
 
 
 @pytest.fixture(scope="module")
@@ -365,4 +376,49 @@ def test_missing_columns_are_named_with_the_view(store):
     ):
         StreamBackfillOfflineStore.get_historical_features(
             store.config, [bad], ["bad_risk:risk"], entity_df, store.registry, store.project
+        )
+
+
+def test_on_demand_views_transform_the_values_as_of_each_row(store):
+    # Cases a, b, c and e: (18 / 3), nothing yet, (10 / 1), (20 / 1) at the same instant.
+    wanted = {"a", "b", "c", "e"}
+    rows = [row for row in entity_rows() if row[3] in wanted]
+    entity_df = pd.DataFrame(rows, columns=["user_id", "merchant_id", "event_timestamp", "label"])
+    features = ["pair_spend:spend_5m", "pair_average:average"]
+    df = store.get_historical_features(entity_df=entity_df, features=features).to_df()
+    assert list(df["label"]) == ["a", "b", "c", "e"]
+    assert rows_of(df, ["spend_5m", "average"]) == [
+        [18.0, 6.0],
+        [None, None],
+        [10.0, 10.0],
+        [20.0, 20.0],
+    ]
+    # Online, Feast applies it to what the plugin materialized: at 10:11 u1m1 holds $18 of 3.
+    store.materialize(t("10:00:00"), t("10:11:00"), feature_views=["pair_spend"])
+    online = store.get_online_features(
+        features=features, entity_rows=[{"user_id": "u1", "merchant_id": "m1"}]
+    ).to_dict()
+    assert (online["spend_5m"], online["average"]) == ([18.0], [6.0])
+
+
+def test_a_batch_view_transformation_is_refused_not_silently_skipped(store):
+    merchant = store.get_entity("merchant")
+    transformed = BatchFeatureView(
+        name="risk_doubled",
+        entities=[merchant],
+        schema=[Field(name="merchant_id", dtype=String), Field(name="risk", dtype=Float64)],
+        source=store.get_feature_view("merchant_risk").batch_source,
+        udf=lambda df: df,
+        udf_string="lambda df: df",
+        mode="pandas",
+    )
+    entity_df = pd.DataFrame({"merchant_id": ["m1"], "event_timestamp": [t("10:06:00")]})
+    with pytest.raises(NotImplementedError, match="batch feature view 'risk_doubled' has a udf"):
+        StreamBackfillOfflineStore.get_historical_features(
+            store.config,
+            [transformed],
+            ["risk_doubled:risk"],
+            entity_df,
+            store.registry,
+            store.project,
         )

@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
+from feast_stream_backfill.feast_plugin.definitions import refuse_transformations
 from feast_stream_backfill.feast_plugin.offline_store import emissions_for
 from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter, supports
 from feast_stream_backfill.online_state import state_at
@@ -118,6 +119,7 @@ class StreamBackfillComputeEngine(ComputeEngine):
                 keys = [e.name for e in view.entity_columns]
                 state, timestamp = state_at(emissions, keys, end, start), "emit_time"
             else:
+                refuse_transformations(view)
                 state = self._latest_rows(registry, task.project, view, start, end)
                 timestamp = view.batch_source.timestamp_field
             written = write_online(state, view, self.repo_config, task.tqdm_builder, timestamp)

@@ -18,7 +18,7 @@ from dataclasses import fields, replace
 from datetime import timedelta
 from pathlib import Path
 
-from feast import StreamFeatureView
+from feast import FeatureView, StreamFeatureView
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
@@ -236,9 +236,27 @@ def _trigger(
     return EventTimeTrigger(lateness_ms) if domain == "event" else ProcessingTimeTrigger()
 
 
+def refuse_transformations(view: FeatureView) -> None:
+    """A view's udf (or a batch view's aggregations) would be silently skipped: refuse it.
+
+    The stream job's own computation is its windows and aggregations; a transformation of the
+    records before them is a derived Spark SQL column (:func:`derived_tags`)."""
+    kind = "stream" if isinstance(view, StreamFeatureView) else "batch"
+    udf = getattr(view, "udf", None) or getattr(view, "feature_transformation", None)
+    aggregations = kind == "batch" and getattr(view, "aggregations", None)
+    if udf or aggregations:
+        what = "a udf (feature transformation)" if udf else "aggregations"
+        raise NotImplementedError(
+            f"{kind} feature view {view.name!r} has {what}, which feast-stream-backfill does not "
+            "run; declare record transformations with derived_tags() (Spark SQL columns) on a "
+            "stream feature view, or precompute a batch view's source"
+        )
+
+
 def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> StreamJob:
     """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing."""
     where = f"stream feature view {view.name!r}"
+    refuse_transformations(view)
     if not view.aggregations:
         raise ValueError(f"{where}: declare the window with `aggregations`")
     source, archive = view.stream_source, view.batch_source

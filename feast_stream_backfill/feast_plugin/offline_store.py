@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
-from feast import FeatureView, FileSource, StreamFeatureView
+from feast import FeatureView, FileSource, OnDemandFeatureView, StreamFeatureView
 from feast.data_format import DeltaFormat, ParquetFormat
 from feast.infra.offline_stores.file_source import SavedDatasetFileStorage
 from feast.infra.offline_stores.offline_store import (
@@ -40,7 +40,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from feast_stream_backfill.emission_store import ensure_emission_log
-from feast_stream_backfill.feast_plugin.definitions import resolve_path, stream_job
+from feast_stream_backfill.feast_plugin.definitions import (
+    refuse_transformations,
+    resolve_path,
+    stream_job,
+)
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.training_join import as_of_values
@@ -101,6 +105,7 @@ def _view_rows(config: RepoConfig, view: FeatureView, features: list[str]) -> _R
         frame, time, created = emissions_for(config, view), "emit_time", None
         where = f"stream feature view {view.name!r} (its emission log)"
     else:
+        refuse_transformations(view)
         source = view.batch_source
         frame = read_file_source(config, source, f"feature view {view.name!r}")
         mapping = source.field_mapping or {}
@@ -168,8 +173,10 @@ class StreamBackfillRetrievalJob(RetrievalJob):
         entity: DataFrame | None = None,
         timestamp: str | None = None,
         repo_path: Any = None,
+        on_demand_feature_views: list[OnDemandFeatureView] | None = None,
     ) -> None:
         self._df, self._full_feature_names, self._order = df, full_feature_names, order or []
+        self._on_demand = on_demand_feature_views or []
         self._metadata, self._repo_path = metadata, repo_path
         self._entity, self._timestamp = entity, timestamp
 
@@ -188,8 +195,9 @@ class StreamBackfillRetrievalJob(RetrievalJob):
         return self._full_feature_names
 
     @property
-    def on_demand_feature_views(self) -> list:
-        return []
+    def on_demand_feature_views(self) -> list[OnDemandFeatureView]:
+        """Feast's ``to_df``/``to_arrow`` apply these to the rows, as for its own stores."""
+        return self._on_demand
 
     @property
     def metadata(self) -> RetrievalMetadata | None:
@@ -298,6 +306,9 @@ class StreamBackfillOfflineStore(OfflineStore):
             entity=entity,
             timestamp=ts,
             repo_path=config.repo_path,
+            on_demand_feature_views=OnDemandFeatureView.get_requested_odfvs(
+                feature_refs, project, registry
+            ),
         )
 
     @staticmethod

@@ -68,11 +68,12 @@ def _fixed(matrix: np.ndarray) -> pa.Array:
 def _varints(values: np.ndarray) -> pa.Array:
     """Protobuf varints of int64 values (two's complement, as protobuf encodes int64)."""
     v = values.astype(np.int64).view(np.uint64)
-    groups = np.stack([(v >> np.uint64(7 * k)) & np.uint64(0x7F) for k in range(10)], axis=1)
-    more = np.stack([(v >> np.uint64(7 * (k + 1))) != 0 for k in range(10)], axis=1)
+    width = max(1, -(-int(v.max(initial=0)).bit_length() // 7))  # groups the largest needs
+    groups = np.stack([(v >> np.uint64(7 * k)) & np.uint64(0x7F) for k in range(width)], axis=1)
+    more = np.stack([(v >> np.uint64(7 * (k + 1))) != 0 for k in range(width)], axis=1)
     lengths = 1 + more.sum(axis=1)
     data = (groups | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
-    keep = np.arange(10)[None, :] < lengths[:, None]
+    keep = np.arange(width)[None, :] < lengths[:, None]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data[keep].tobytes())]
     return pa.Array.from_buffers(pa.binary(), len(values), buffers)
@@ -85,8 +86,14 @@ def _le(values: np.ndarray, dtype: str) -> pa.Array:
 
 
 def _join(*parts: pa.Array | bytes) -> pa.Array:
-    """Element-wise concatenation; ``bytes`` parts are the same in every row."""
-    args = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in parts]
+    """Element-wise concatenation, one copy; ``bytes`` parts are the same in every row."""
+    merged: list[pa.Array | bytes] = []
+    for part in parts:
+        if isinstance(part, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    args = [pa.scalar(p, pa.binary()) if isinstance(p, bytes) else p for p in merged]
     return pc.binary_join_element_wise(*args, _EMPTY)
 
 
@@ -94,9 +101,15 @@ def _decimal(lengths: pa.Array) -> pa.Array:
     return pc.cast(lengths, pa.string()).cast(pa.binary())
 
 
-def _bulk(values: pa.Array) -> pa.Array:
-    """RESP bulk strings: ``$<len>\\r\\n<bytes>\\r\\n``."""
-    return _join(b"$", _decimal(pc.binary_length(values)), b"\r\n", values, b"\r\n")
+def _bulk(values: pa.Array) -> list[pa.Array | bytes]:
+    """The parts of RESP bulk strings ``$<len>\\r\\n<bytes>\\r\\n``, for :func:`_join`. The
+    length is one constant when every value has the same (fixed-width keys, doubles): no number
+    formatted per row."""
+    lengths = pc.binary_length(values)
+    shortest, longest = pc.min_max(lengths).values()
+    if shortest == longest:
+        return [b"$%d\r\n" % shortest.as_py(), values, b"\r\n"]
+    return [b"$", _decimal(lengths), b"\r\n", values, b"\r\n"]
 
 
 def _const_bulk(value: bytes) -> bytes:
@@ -192,16 +205,16 @@ class RedisBatchWriter:
         fields = 1 + len(self._features)
         parts: list[pa.Array | bytes] = [
             b"*%d\r\n$4\r\nHSET\r\n" % (2 + 2 * fields),
-            _bulk(keys),
+            *_bulk(keys),
             _const_bulk(self._ts_field),
-            _bulk(stamps),
+            *_bulk(stamps),
         ]
         for (name, value_type), field in zip(self._features, self._field_keys, strict=True):
             values = _value_proto(batch.column(name), value_type)
-            parts += [_const_bulk(field), _bulk(values)]
+            parts += [_const_bulk(field), *_bulk(values)]
         replies_per_row = 1
         if self._ttl:
-            parts += [b"*3\r\n$6\r\nEXPIRE\r\n", _bulk(keys), _const_bulk(b"%d" % self._ttl)]
+            parts += [b"*3\r\n$6\r\nEXPIRE\r\n", *_bulk(keys), _const_bulk(b"%d" % self._ttl)]
             replies_per_row = 2
         # Not waited for here: Redis runs these while the next batch is encoded.
         self._send(_join(*parts))
@@ -210,7 +223,7 @@ class RedisBatchWriter:
 
     def _newer(self, keys: pa.Array, nanos: np.ndarray) -> np.ndarray:
         """Feast's rule: write unless a stored timestamp is at least as new."""
-        commands = _join(b"*3\r\n$5\r\nHMGET\r\n", _bulk(keys), _const_bulk(self._ts_field))
+        commands = _join(b"*3\r\n$5\r\nHMGET\r\n", *_bulk(keys), _const_bulk(self._ts_field))
         self._send(commands)
         self.flush()  # the replies of earlier writes come first
         newer = np.ones(len(keys), dtype=bool)
