@@ -135,6 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--master", default="local[*]", help="Spark master, e.g. local[1]")
     args = parser.parse_args()
     proc, port = start_redis()
     try:
@@ -145,7 +146,9 @@ def main() -> None:
             f"redis-benchmark -t hset -P 100 -n {args.keys} -r {args.keys}: {ceiling:,.0f} HSET/s"
         )
 
-        spark = get_spark({"spark.sql.shuffle.partitions": str(args.partitions)})
+        spark = get_spark(
+            {"spark.sql.shuffle.partitions": str(args.partitions), "spark.master": args.master}
+        )
         spv = view()
         work = Path(tempfile.mkdtemp(prefix="materialize_bench_"))
         config = RepoConfig(
