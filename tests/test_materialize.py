@@ -454,6 +454,49 @@ def test_the_writer_stores_the_bytes_feasts_own_redis_writer_stores(
     assert all(has_ttl == bool(ttl) for _, has_ttl in expected.values())
 
 
+class _OneByteSocket:
+    """Hands the writer its replies a byte at a time: every split of a reply is met."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def recv_into(self, buffer: bytearray) -> int:
+        buffer[0], self.data = self.data[0], self.data[1:]
+        return 1
+
+
+def test_replies_split_anywhere_are_read_exactly_and_an_error_is_raised(tmp_path):
+    from types import SimpleNamespace
+
+    from feast import RepoConfig
+    from feast.types import String
+    from redis.exceptions import ResponseError
+
+    from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter
+
+    config = RepoConfig(
+        project="p",
+        provider="local",
+        registry=str(tmp_path / "registry.db"),
+        online_store={"type": "redis", "connection_string": "127.0.0.1:1"},
+        entity_key_serialization_version=3,
+    )
+    writer = RedisBatchWriter(config, _sample_view(String), "ts")
+    replies = (
+        b":1\r\n:0\r\n"  # two HSETs
+        + b"*1\r\n$-1\r\n*1\r\n$4\r\n\r\n\x01x\r\n"  # HMGET: none, a value holding CRLF
+        + b"*1\r\n$-1\r\n"  # then the next batch's HMGET, already arriving
+        + b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+    )
+    writer._connection = SimpleNamespace(_sock=_OneByteSocket(replies))
+    writer._expected.extend([("counts", 2), ("stamps", 2)])
+    writer._consume_counts()
+    assert writer._take_stamps(2) == [None, b"\r\n\x01x"]
+    assert writer._take_stamps(1) == [None]
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        writer._take_stamps(1)
+
+
 class _Counter:
     """Stands in for a Spark accumulator when a partition is written in this process."""
 

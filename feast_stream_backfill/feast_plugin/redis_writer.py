@@ -7,7 +7,8 @@ serialization v3 + project as the key, ``_ts:<view>`` holding a protobuf ``Times
 ``key_ttl_seconds`` is set) with vectorized Arrow/numpy code, and sends each batch as one
 buffer of RESP commands, whose replies are checked while the next batch is encoded. Feast's
 rule is kept: unless ``skip_dedup`` is set, a row is written only when its timestamp is newer
-than the stored one (one pipelined ``HMGET`` first).
+than the stored one (one pipelined ``HMGET`` first, answered while the batch before is
+written).
 
 Covers plain Redis with scalar join keys (string, int32, int64, bytes) and scalar features
 (double, float, int32, int64, bool, string); :func:`supports` says when, and the caller falls
@@ -17,8 +18,8 @@ back to Feast's own ``online_write_batch`` otherwise (cluster, sentinel, lists, 
 from __future__ import annotations
 
 import struct
+from collections import deque
 
-import hiredis
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,6 +45,7 @@ _FEATURE_FIELDS = {
 _KEY_TYPES = {ValueType.STRING, ValueType.INT32, ValueType.INT64, ValueType.BYTES}
 _EMPTY = pa.scalar(b"", pa.binary())
 _NO_TIMESTAMP = b"*1\r\n$-1\r\n"  # HMGET's reply for a key without ``_ts``
+_COUNTS, _STAMPS = "counts", "stamps"  # replies of HSET/EXPIRE, of HMGET
 
 
 def supports(config: RepoConfig, view: FeatureView) -> bool:
@@ -170,7 +172,9 @@ class RedisBatchWriter:
         self.address = store.connection_string
         self._client = Redis(**_connection_kwargs(store.connection_string))
         self._connection = None
-        self._owed, self._chunk, self._buffer = 0, bytearray(1 << 20), bytearray()
+        self._chunk, self._buffer = bytearray(1 << 20), bytearray()
+        self._expected: deque[tuple[str, int]] = deque()  # reply groups owed, in send order
+        self._pending: tuple | None = None  # a batch whose HMGET replies are not read yet
 
     def _redis_keys(self, batch: pa.RecordBatch) -> pa.Array:
         if any(batch.column(k).null_count for k, _ in self._keys):
@@ -189,19 +193,43 @@ class RedisBatchWriter:
             parts += [struct.pack("<I", value_type.value), _le(length, "<u4"), raw]
         return _join(*parts, self._project)
 
-    def write(self, batch: pa.RecordBatch) -> int:
-        """Write one batch (distinct keys); returns the rows written (not skipped)."""
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Write one batch (distinct keys). Under Feast's rule the batch's ``HMGET`` is sent now
+        and its rows are written at the next call (or :meth:`flush`): Redis answers one batch's
+        reads while the previous batch is decided and written."""
         if not batch.num_rows:
-            return 0
+            return
         keys = self._redis_keys(batch)
         stamps, nanos = _timestamps(batch.column(self._timestamp_field))
-        if self._dedup:
-            newer = self._newer(keys, nanos)
-            if not newer.all():
-                mask = pa.array(newer)
-                batch, keys, stamps = batch.filter(mask), keys.filter(mask), stamps.filter(mask)
-            if not batch.num_rows:
-                return 0
+        if not self._dedup:
+            self._hset(batch, keys, stamps)
+            return
+        self._send(_join(b"*3\r\n$5\r\nHMGET\r\n", *_bulk(keys), _const_bulk(self._ts_field)))
+        self._expected.append((_STAMPS, batch.num_rows))
+        previous, self._pending = self._pending, (batch, keys, stamps, nanos)
+        if previous:
+            self._write_newer(*previous)
+
+    def _write_newer(
+        self, batch: pa.RecordBatch, keys: pa.Array, stamps: pa.Array, nanos: np.ndarray
+    ) -> None:
+        """Feast's rule: write the rows unless a stored timestamp is at least as new."""
+        self._consume_counts()  # the writes sent before this batch's HMGET answer first
+        kind, n = self._expected.popleft()
+        assert kind == _STAMPS, "replies out of step with the commands sent"
+        newer = np.ones(n, dtype=bool)
+        for i, stored in enumerate(self._take_stamps(n)):
+            if stored is not None:
+                previous = Timestamp.FromString(stored)
+                previous_nanos = previous.seconds * 1_000_000_000 + previous.nanos
+                newer[i] = not (previous_nanos and nanos[i] <= previous_nanos)
+        if not newer.all():
+            mask = pa.array(newer)
+            batch, keys, stamps = batch.filter(mask), keys.filter(mask), stamps.filter(mask)
+        if batch.num_rows:
+            self._hset(batch, keys, stamps)
+
+    def _hset(self, batch: pa.RecordBatch, keys: pa.Array, stamps: pa.Array) -> None:
         fields = 1 + len(self._features)
         parts: list[pa.Array | bytes] = [
             b"*%d\r\n$4\r\nHSET\r\n" % (2 + 2 * fields),
@@ -218,24 +246,7 @@ class RedisBatchWriter:
             replies_per_row = 2
         # Not waited for here: Redis runs these while the next batch is encoded.
         self._send(_join(*parts))
-        self._owed += batch.num_rows * replies_per_row
-        return batch.num_rows
-
-    def _newer(self, keys: pa.Array, nanos: np.ndarray) -> np.ndarray:
-        """Feast's rule: write unless a stored timestamp is at least as new."""
-        commands = _join(b"*3\r\n$5\r\nHMGET\r\n", *_bulk(keys), _const_bulk(self._ts_field))
-        self._send(commands)
-        self.flush()  # the replies of earlier writes come first
-        newer = np.ones(len(keys), dtype=bool)
-        if self._all_missing(len(keys)):
-            return newer
-        stored = self._read(len(keys))
-        for i, reply in enumerate(stored):
-            if reply[0] is not None:
-                previous = Timestamp.FromString(reply[0])
-                previous_nanos = previous.seconds * 1_000_000_000 + previous.nanos
-                newer[i] = not (previous_nanos and nanos[i] <= previous_nanos)
-        return newer
+        self._expected.append((_COUNTS, batch.num_rows * replies_per_row))
 
     def _send(self, commands: pa.Array) -> None:
         """Send the commands as one buffer (the Arrow array's data, no copy)."""
@@ -263,45 +274,70 @@ class RedisBatchWriter:
         self._buffer += memoryview(self._chunk)[:received]
 
     def flush(self) -> None:
-        """Consume the replies owed for the writes sent so far: integer lines (``:n``) counted
-        with numpy, not parsed one by one; any other line is an error."""
-        while self._buffer.count(b"\n") < self._owed:
-            self._receive()
-        if self._owed:
-            data = np.frombuffer(bytes(self._buffer), np.uint8)
-            ends = np.flatnonzero(data == 10)[: self._owed]
-            starts = np.concatenate([[0], ends[:-1] + 1])
-            bad = np.flatnonzero(data[starts] != ord(":"))
-            if len(bad):
-                line = bytes(self._buffer[starts[bad[0]] : ends[bad[0]]])
-                raise ResponseError(line.decode(errors="replace").strip())
-            del self._buffer[: ends[-1] + 1]
-        self._owed = 0
+        """Write the batch still waiting for its reads and consume every reply owed."""
+        if self._pending:
+            pending, self._pending = self._pending, None
+            self._write_newer(*pending)
+        self._consume_counts()
 
-    def _all_missing(self, n: int) -> bool:
-        """Whether the next ``n`` replies are all ``[nil]`` (no key stored yet: the common first
-        materialization), checked on the bytes; they are consumed only if so."""
-        expected = _NO_TIMESTAMP * n
-        while len(self._buffer) < len(expected) and expected.startswith(self._buffer):
-            self._receive()
-        if self._buffer.startswith(expected):
-            del self._buffer[: len(expected)]
-            return True
-        return False
+    def _consume_counts(self) -> None:
+        """Consume the integer replies (``:n``) of the writes at the head of the replies
+        expected, counted with numpy, not parsed one by one; any other line is an error.
 
-    def _read(self, n: int) -> list:
-        """The next ``n`` replies, parsed by hiredis (an error reply raises)."""
-        reader, replies = hiredis.Reader(), []
-        while len(replies) < n:
-            while (reply := reader.gets()) is False:
-                if not self._buffer:
-                    self._receive()
-                reader.feed(bytes(self._buffer))
-                self._buffer.clear()
-            if isinstance(reply, hiredis.ReplyError):
-                raise ResponseError(str(reply))
-            replies.append(reply)
-        return replies
+        Replies arrive in order, so once the buffer holds as many lines as are owed, the first
+        that many are these replies (or an error in their place)."""
+        owed = 0
+        while self._expected and self._expected[0][0] == _COUNTS:
+            owed += self._expected.popleft()[1]
+        if not owed:
+            return
+        while self._buffer.count(b"\n") < owed:
+            self._receive()
+        data = np.frombuffer(bytes(self._buffer), np.uint8)
+        ends = np.flatnonzero(data == 10)[:owed]
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        bad = np.flatnonzero(data[starts] != ord(":"))
+        if len(bad):
+            line = bytes(self._buffer[starts[bad[0]] : ends[bad[0]]])
+            raise ResponseError(line.decode(errors="replace").strip())
+        del self._buffer[: ends[-1] + 1]
+
+    def _line_end(self, start: int) -> int:
+        """Where the reply line starting at ``start`` ends (its ``\\r\\n``), read as needed."""
+        while (end := self._buffer.find(b"\r\n", start)) < 0:
+            self._receive()
+        return end
+
+    def _take_stamps(self, n: int) -> list[bytes | None]:
+        """The next ``n`` replies, each ``HMGET``'s one ``_ts`` value or None, consumed from the
+        buffer and no further (later replies may already be there). All ``[nil]`` (no key
+        stored yet: the common first materialization) is checked on the bytes at once."""
+        nothing = _NO_TIMESTAMP * n
+        while len(self._buffer) < len(nothing) and nothing.startswith(self._buffer):
+            self._receive()
+        if self._buffer.startswith(nothing):
+            del self._buffer[: len(nothing)]
+            return [None] * n
+        stamps: list[bytes | None] = []
+        buffer, at = self._buffer, 0
+        while len(stamps) < n:
+            end = self._line_end(at)
+            header, at = bytes(buffer[at:end]), end + 2
+            if header == b"*1":  # an array of one bulk string: "$<length>" or "$-1"
+                end = self._line_end(at)
+                header, at = bytes(buffer[at:end]), end + 2
+            if not header.startswith(b"$"):
+                raise ResponseError(header.decode(errors="replace"))
+            length = int(header[1:])
+            if length < 0:
+                stamps.append(None)
+                continue
+            while len(buffer) < at + length + 2:
+                self._receive()
+            stamps.append(bytes(buffer[at : at + length]))
+            at += length + 2
+        del buffer[:at]
+        return stamps
 
     def close(self) -> None:
         if self._connection is not None:
