@@ -15,6 +15,7 @@ most one match per row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
@@ -77,26 +78,13 @@ def as_of_join(
     keys: Sequence[str],
     prediction_time: str,
     features: Sequence[str],
-    *,
-    emission_time: str = "emit_time",
-    sequence: str | None = "emit_sequence",
-    ttl_seconds: float | None = None,
-    output_names: Sequence[str] | None = None,
+    **options: Any,
 ) -> DataFrame:
     """``predictions`` with one column per feature: its value as of ``prediction_time``.
 
-    ``output_names`` renames the feature columns (Feast's ``full_feature_names``). Rows of
-    ``predictions`` are kept as they are, extra columns and duplicates included.
+    ``options`` are :func:`as_of_values`'s (``output_names`` renames the feature columns:
+    Feast's ``full_feature_names``). Rows of ``predictions`` are kept as they are, extra columns
+    and duplicates included.
     """
-    values = as_of_values(
-        predictions,
-        emissions,
-        keys,
-        prediction_time,
-        features,
-        emission_time=emission_time,
-        sequence=sequence,
-        ttl_seconds=ttl_seconds,
-        output_names=output_names,
-    )
+    values = as_of_values(predictions, emissions, keys, prediction_time, features, **options)
     return predictions.join(values, on=[*keys, prediction_time], how="left")
