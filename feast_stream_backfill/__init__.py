@@ -13,10 +13,9 @@ from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTa
 from feast_stream_backfill.errors import BadArchiveError, BadStateTableError
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
-from feast_stream_backfill.sessions import SessionWindows
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 __all__ = [
     "Aggregation",

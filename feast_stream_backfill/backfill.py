@@ -11,6 +11,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.columns import (
+    CONFLICT,
+    DUPLICATE,
+    EVENT_TIME,
+    OFFSET,
+    PARTITION,
+    POSITION,
+    STATUS,
+    TOPIC,
+    WINDOW_END,
+    WINDOW_START,
+)
 from feast_stream_backfill.emission_log import emission_log
 from feast_stream_backfill.enrichment import (
     Lookup,
@@ -19,41 +31,24 @@ from feast_stream_backfill.enrichment import (
     enrichment_outputs,
 )
 from feast_stream_backfill.errors import BadArchiveError
-from feast_stream_backfill.processing_time import (
-    CONFLICT,
-    DUPLICATE,
-    ProcessingTimeModel,
-    with_processing_time,
-)
-from feast_stream_backfill.records import (
-    EVENT_TIME,
-    OFFSET,
-    PARTITION,
-    TOPIC,
-    ArchivedTopic,
-    read_records,
-)
-from feast_stream_backfill.sessions import SessionWindows, session_firings
+from feast_stream_backfill.processing_order import record_position
+from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
+from feast_stream_backfill.records import ArchivedTopic, read_records
+from feast_stream_backfill.sessions import session_firings
 from feast_stream_backfill.triggers import (
     DROPPED,
-    LATE,
-    ON_TIME,
-    PENDING,
-    PER_RECORD,
-    STATUS,
+    STATUSES,
     EventTimeTrigger,
     PerRecordTrigger,
     ProcessingTimeTrigger,
 )
 from feast_stream_backfill.watermarks import (
-    POSITION,
     WatermarkStrategy,
-    record_position,
     watermark_reaches,
     watermark_timeline,
-    with_position_keys,
 )
-from feast_stream_backfill.windows import WINDOW_END, WINDOW_START, SlidingWindows, TumblingWindows
+from feast_stream_backfill.window_operator import classify, firings, watermark_targets
+from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 
 @dataclass(frozen=True)
@@ -170,9 +165,6 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
             f"{example[OFFSET]}; refusing to pick one"
         )
     distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
-    sessions = isinstance(job.window, SessionWindows)
-    if sessions:
-        distinct = with_position_keys(distinct)
     # Only enriched records are windowed, but the watermark comes from every record: in Flink
     # those an inner lookup removed had passed the source's watermark generator.
     enriched = None
@@ -182,30 +174,32 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     bounds = {
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
-    timeline = None
-    if sessions:
-        if job.window.domain == "event":
-            timeline = watermark_timeline(distinct, job.watermark, bounds).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-        firings, dropped, statuses = session_firings(
+    event_time = job.window.domain == "event"
+    if job.window.merges:
+        timeline = None
+        if event_time:
+            timeline = watermark_timeline(distinct, job.watermark, bounds)
+        fired, dropped, statuses, replayed = session_firings(
             kept, job.keys, job.aggregations, job.window, job.trigger, timeline
         )
+        cached = [replayed]
     else:
         windowed = job.window.assign(kept)
-        targets = job.trigger.targets(windowed) if job.window.domain == "event" else None
-        if targets is not None:
-            timeline = watermark_reaches(distinct, targets, job.watermark, bounds)
-            timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
-        classified = job.trigger.classify(windowed, timeline)
-        firings = job.trigger.firings(classified, job.keys, job.aggregations)
+        reaches = None
+        if event_time:
+            targets = watermark_targets(windowed, job.trigger)
+            reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
+            reaches = reaches.persist(StorageLevel.MEMORY_AND_DISK)
+        classified = classify(windowed, job.trigger, reaches)
+        fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time)
         dropped = (
             classified.where(F.col(STATUS) == DROPPED)
             .groupBy(*job.keys, WINDOW_START, WINDOW_END)
             .agg(F.count(F.lit(1)).alias("dropped_count"))
         )
         statuses = classified.groupBy(STATUS).agg(F.count(F.lit(1)).alias("n"))
-    emissions = emission_log(firings, job.keys, job.features, job.operator_delay_ms)
+        cached = [reaches]
+    emissions = emission_log(fired, job.keys, job.features, job.operator_delay_ms)
     dropped = dropped.select(
         *job.keys,
         F.timestamp_millis(WINDOW_START).alias("window_start"),
@@ -216,10 +210,7 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     stats = {
         "records_read": counts["records_read"],
         "duplicates_removed": counts["duplicates_removed"],
-        **{
-            f"records_{s}": by_status.get(s, 0)
-            for s in (ON_TIME, LATE, PER_RECORD, DROPPED, PENDING)
-        },
+        **{f"records_{s}": by_status.get(s, 0) for s in STATUSES},
     }
     if job.lookups:  # removed by an inner lookup: no state at their lookup time
         inner = any(lookup.how == "inner" for lookup in job.lookups)
@@ -229,5 +220,5 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         emissions=emissions,
         dropped=dropped,
         stats=stats,
-        cached=[df for df in (timed, timeline, enriched) if df is not None],
+        cached=[df for df in (timed, enriched, *cached) if df is not None],
     )

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.triggers import FIRE_POSITION, FIRED_BY_RECORD
-from feast_stream_backfill.windows import WINDOW_END, WINDOW_START
+from feast_stream_backfill.columns import FIRE_POSITION, FIRED_BY_RECORD, WINDOW_END, WINDOW_START
 
 EMISSION_COLUMNS = (
     "window_start",

@@ -18,57 +18,62 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.processing_time import PROCESSING_TIME
-from feast_stream_backfill.records import OFFSET, PARTITION, TOPIC
+from feast_stream_backfill.columns import (
+    EVENT_AT,
+    EVENT_KIND,
+    EVENT_VALUE,
+    IDLE_FROM,
+    IDLE_UNTIL,
+    OFFSET,
+    PARTITION,
+    PROCESSING_TIME,
+    RANK,
+    TOPIC,
+    WAKES_AT,
+)
+from feast_stream_backfill.processing_order import next_tick, record_position
 from feast_stream_backfill.watermark_replay import ACTIVE, IDLE
-
-
-def _ceil(time: Column, interval: int) -> Column:
-    return F.ceil(time / F.lit(interval)).cast("long") * interval
 
 
 def idle_periods(
     records: DataFrame,
-    position: Column,
     interval_ms: int,
     timeout_ms: int,
     start_ms: int,
     horizon_ms: int,
 ) -> DataFrame:
-    """Per partition, ``_idle_from`` (the tick it goes idle), ``_idle_until`` (the ``position``
+    """Per partition, ``_idle_from`` (the tick it goes idle), ``_idle_until`` (the position
     of the record that wakes it; null: idle until ``horizon_ms``, the archive's last tick) and
-    ``_wakes_at`` (that record's processing time)."""
+    ``_wakes_at`` (that record's processing time). ``records`` are distinct, with ``_rank``."""
     waits = (timeout_ms // interval_ms + 1) * interval_ms
     by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
     with_next = records.select(
         TOPIC,
         PARTITION,
+        RANK,
         F.col(PROCESSING_TIME),
-        position.alias("_here"),
-        F.lead(position).over(by_offset).alias("_next"),
+        record_position().alias("_here"),
+        F.lead(record_position()).over(by_offset).alias("_next"),
         F.lead(PROCESSING_TIME).over(by_offset).alias("_next_pt"),
-        F.row_number().over(by_offset).alias("_rank"),
     )
     after_record = with_next.select(
         TOPIC,
         PARTITION,
-        (_ceil(F.col(PROCESSING_TIME), interval_ms) + interval_ms + waits).alias("_idle_from"),
-        F.col("_next").alias("_idle_until"),
-        F.col("_next_pt").alias("_wakes_at"),
+        (next_tick(F.col(PROCESSING_TIME), interval_ms) + interval_ms + waits).alias(IDLE_FROM),
+        F.col("_next").alias(IDLE_UNTIL),
+        F.col("_next_pt").alias(WAKES_AT),
     )
-    before_first = with_next.where(F.col("_rank") == 1).select(
+    before_first = with_next.where(F.col(RANK) == 0).select(
         TOPIC,
         PARTITION,
-        F.lit(-(-start_ms // interval_ms) * interval_ms + waits).alias("_idle_from"),
-        F.col("_here").alias("_idle_until"),
-        F.col(PROCESSING_TIME).alias("_wakes_at"),
+        F.lit(-(-start_ms // interval_ms) * interval_ms + waits).alias(IDLE_FROM),
+        F.col("_here").alias(IDLE_UNTIL),
+        F.col(PROCESSING_TIME).alias(WAKES_AT),
     )
     periods = after_record.unionByName(before_first)
-    wakes = F.col("_wakes_at")
+    wakes = F.col(WAKES_AT)
     return periods.where(
-        F.when(wakes.isNull(), F.col("_idle_from") <= horizon_ms).otherwise(
-            F.col("_idle_from") < wakes
-        )
+        F.when(wakes.isNull(), F.col(IDLE_FROM) <= horizon_ms).otherwise(F.col(IDLE_FROM) < wakes)
     )
 
 
@@ -76,11 +81,11 @@ def idle_events(idle: DataFrame, went_idle: Column, woke: Column) -> DataFrame:
     """:func:`idle_periods` as :func:`watermark_replay.replay` events: ``IDLE`` at
     ``went_idle``, ``ACTIVE`` at ``woke`` (where a record wakes the partition), both given as
     the caller orders positions."""
-    none = F.lit(0).cast("long").alias("_value")
+    none = F.lit(0).cast("long").alias(EVENT_VALUE)
     return idle.select(
-        TOPIC, PARTITION, went_idle.alias("_at"), F.lit(IDLE).alias("_kind"), none
+        TOPIC, PARTITION, went_idle.alias(EVENT_AT), F.lit(IDLE).alias(EVENT_KIND), none
     ).unionByName(
         idle.where(woke.isNotNull()).select(
-            TOPIC, PARTITION, woke.alias("_at"), F.lit(ACTIVE).alias("_kind"), none
+            TOPIC, PARTITION, woke.alias(EVENT_AT), F.lit(ACTIVE).alias(EVENT_KIND), none
         )
     )

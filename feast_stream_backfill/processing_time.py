@@ -17,9 +17,16 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
-
-PROCESSING_TIME, RANK, DUPLICATE, CONFLICT = "_pt", "_rank", "_duplicate", "_conflict"
+from feast_stream_backfill.columns import (
+    CONFLICT,
+    DUPLICATE,
+    EVENT_TIME,
+    OFFSET,
+    PARTITION,
+    PROCESSING_TIME,
+    RANK,
+    TOPIC,
+)
 
 
 @dataclass(frozen=True)

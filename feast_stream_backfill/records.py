@@ -9,10 +9,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
+from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.errors import BadArchiveError
-
-#: Normalized columns every later stage relies on.
-TOPIC, PARTITION, OFFSET, EVENT_TIME = "_topic", "_partition", "_offset", "_et"
 
 
 @dataclass(frozen=True)

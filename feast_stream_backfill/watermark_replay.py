@@ -18,23 +18,32 @@ from collections.abc import Iterator, Sequence
 import pandas as pd
 from pyspark.sql import DataFrame
 
-from feast_stream_backfill.records import PARTITION, TOPIC
+from feast_stream_backfill.columns import (
+    EVENT_AT,
+    EVENT_KIND,
+    EVENT_VALUE,
+    PARTITION,
+    RISE_FROM,
+    RISE_TO,
+    TOPIC,
+)
+from feast_stream_backfill.processing_order import FIELDS, fields
 
 REACH, IDLE, ACTIVE = 0, 1, 2
 
 
 def replay(
     events: DataFrame,
-    group: Sequence[tuple[str, str]],
     partitions: Sequence[tuple[str, int]],
     initial: int,
     combine: str = "min",
 ) -> DataFrame:
-    """``events``: the ``group`` columns (name, Spark type; their order is processing order),
-    ``topic``, ``partition``, ``_kind`` and ``_value``. Returns one row per rise of the combined
-    watermark: the group columns, ``_from`` and ``_to``. Every partition starts at ``initial``,
-    active. ``combine="max"``: the seed's MAX over partitions (no idleness)."""
-    names = [name for name, _ in group]
+    """``events``: ``_at`` (a position: events at one position are applied together),
+    ``_topic``, ``_partition``, ``_kind`` and ``_value``. Returns one row per rise of the
+    combined watermark: the position's fields (``time``, ``phase``, ...), ``_from`` and
+    ``_to``. Every partition starts at ``initial``, active. ``combine="max"``: the seed's MAX
+    over partitions (no idleness)."""
+    names = [name for name, _ in FIELDS]
     index = {p: i for i, p in enumerate(partitions)}
     width = len(names)
 
@@ -74,16 +83,16 @@ def replay(
                 if not idle[p]:
                     heapq.heappush(active, (value[p], p))
             if out:
-                yield pd.DataFrame(out, columns=[*names, "_from", "_to"])
+                yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
                 out = []
         if here is not None:
             update()
         if out:
-            yield pd.DataFrame(out, columns=[*names, "_from", "_to"])
+            yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
 
-    schema = ", ".join(f"{n} {t}" for n, t in group) + ", _from long, _to long"
+    schema = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"
     return (
-        events.select(*names, TOPIC, PARTITION, "_kind", "_value")
+        events.select(*fields(EVENT_AT), TOPIC, PARTITION, EVENT_KIND, EVENT_VALUE)
         .repartition(1)
         .sortWithinPartitions(*names)
         .mapInPandas(run, schema)

@@ -10,10 +10,8 @@ That needs no per-record watermark: for each target ``x`` (a window's ``maxTs``)
 descending sweep per partition finds that record, and the result, one row per target, is
 small enough to broadcast.
 
-Moments are *positions* in the global processing order ``(time, phase, topic, partition,
-offset)``: a record is at ``(pt, 0, topic, partition, offset)``; a periodic watermark tick at
-``t`` is at ``(t, 1, ...)``, after every record of the same millisecond. A record is processed
-before a watermark iff its position is ``<=`` the watermark's.
+Moments are positions in the global processing order (:mod:`processing_order`): a record is
+processed before a watermark iff its position is ``<=`` the watermark's.
 """
 
 from __future__ import annotations
@@ -25,39 +23,35 @@ from typing import Literal
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.columns import (
+    EVENT_AT,
+    EVENT_KIND,
+    EVENT_TIME,
+    EVENT_VALUE,
+    IDLE_FROM,
+    IDLE_UNTIL,
+    OFFSET,
+    PARTITION,
+    POSITION,
+    PROCESSING_TIME,
+    RISE_FROM,
+    RISE_TO,
+    TARGET,
+    TOPIC,
+    WAKES_AT,
+    WATERMARK,
+)
 from feast_stream_backfill.idleness import idle_events, idle_periods
-from feast_stream_backfill.processing_time import PROCESSING_TIME
-from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from feast_stream_backfill.processing_order import (
+    from_fields,
+    next_tick,
+    record_position,
+    tick_position,
+)
 from feast_stream_backfill.watermark_replay import REACH, replay
 
-POSITION, TARGET, REACHED = "_pos", "_target", "_reached"
-
-
-def position(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
-    return F.struct(
-        time.alias("time"),
-        F.lit(phase).alias("phase"),
-        topic.alias("topic"),
-        partition.alias("partition"),
-        offset.alias("offset"),
-    )
-
-
-def record_position() -> Column:
-    """Where a record stands in the global processing order."""
-    return position(F.col(PROCESSING_TIME), 0, F.col(TOPIC), F.col(PARTITION), F.col(OFFSET))
-
-
-def tick_position(time: Column) -> Column:
-    """A periodic watermark tick: after every record of the same millisecond."""
-    return position(time, 1, F.lit(""), F.lit(0), F.lit(0).cast("long"))
-
-
-def clock_position(max_ts: Column) -> Column:
-    """A processing-time timer for ``maxTs``: Flink fires it at ``maxTs + 1`` at the earliest
-    (``ProcessingTimeServiceUtil.getProcessingTimeDelay`` adds 1 ms so that the records of
-    ``maxTs`` are in), so it stands at ``maxTs + 1``, before the records of that ms."""
-    return position(max_ts + 1, -1, F.lit(""), F.lit(0), F.lit(0).cast("long"))
+LONG_MIN = -(1 << 63)
+_REACHED = "_reached"
 
 
 @dataclass(frozen=True)
@@ -101,9 +95,7 @@ class WatermarkStrategy:
         """The position of the first watermark reflecting the record at ``reached``."""
         if self.emission == "on_event":
             return reached
-        time = reached["time"]
-        tick = F.ceil(time / F.lit(self.interval_ms)).cast("long") * self.interval_ms
-        return tick_position(tick)
+        return tick_position(next_tick(reached["time"], self.interval_ms))
 
 
 def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
@@ -146,8 +138,8 @@ def watermark_reaches(
     sweep = records.select(
         TOPIC,
         PARTITION,
-        F.col(EVENT_TIME).alias("_value"),
-        F.lit(0).alias("_kind"),
+        F.col(EVENT_TIME).alias("_sweep_value"),
+        F.lit(0).alias("_sweep_kind"),
         F.lit(None).cast("long").alias(TARGET),
         record_position().alias(POSITION),
     ).unionByName(
@@ -157,31 +149,31 @@ def watermark_reaches(
         .select(
             TOPIC,
             PARTITION,
-            threshold.alias("_value"),
-            F.lit(1).alias("_kind"),
+            threshold.alias("_sweep_value"),
+            F.lit(1).alias("_sweep_kind"),
             TARGET,
-            F.when(F.lit(False), tick_position(F.lit(0).cast("long"))).alias(POSITION),
+            F.when(F.lit(False), tick_position(F.lit(0))).alias(POSITION),
         ),
         allowMissingColumns=False,
     )
     # Descending event time, records before a target of equal value: the running MIN of
     # positions is the first record (in processing order) whose event time reaches it.
-    descending = Window.partitionBy(TOPIC, PARTITION).orderBy(F.desc("_value"), "_kind")
+    descending = Window.partitionBy(TOPIC, PARTITION).orderBy(F.desc("_sweep_value"), "_sweep_kind")
     per_partition = sweep.withColumn(
-        REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
-    ).where(F.col("_kind") == 1)
+        _REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
+    ).where(F.col("_sweep_kind") == 1)
     if strategy.detects_idleness:
         return _reaches_with_idleness(records, per_partition, partitions, strategy)
     if strategy.combine == "max":  # the first partition to reach it decides
-        reached = per_partition.groupBy(TARGET).agg(F.min(REACHED).alias(REACHED))
+        reached = per_partition.groupBy(TARGET).agg(F.min(_REACHED).alias(_REACHED))
     else:  # every partition must have reached it; the last one decides
         reached = (
             per_partition.groupBy(TARGET)
-            .agg(F.count(REACHED).alias("_partitions"), F.max(REACHED).alias(REACHED))
+            .agg(F.count(_REACHED).alias("_partitions"), F.max(_REACHED).alias(_REACHED))
             .where(F.col("_partitions") == n_partitions)
         )
-    reached = reached.where(F.col(REACHED).isNotNull())
-    return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))
+    reached = reached.where(F.col(_REACHED).isNotNull())
+    return reached.select(TARGET, strategy.emitted_at(F.col(_REACHED)).alias(POSITION))
 
 
 def _reaches_with_idleness(
@@ -190,14 +182,11 @@ def _reaches_with_idleness(
     """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`): a
     partition's *level* is how many targets its watermark has reached; the combined level is
     replayed (:mod:`watermark_replay`)."""
-    interval = strategy.interval_ms
     start, horizon = _archive_span(records, strategy)
-    idle = idle_periods(
-        records, record_position(), interval, strategy.idle_timeout_ms, start, horizon
-    )
+    idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms, start, horizon)
     # A partition reaching a target has reached every smaller one: the reached targets are the
     # levels. Kept, as both the events and the levels read them.
-    kept = per_partition.where(F.col(REACHED).isNotNull()).persist()
+    kept = per_partition.where(F.col(_REACHED).isNotNull()).persist()
     levels = (
         kept.select(TARGET)
         .distinct()
@@ -208,24 +197,18 @@ def _reaches_with_idleness(
     events = reached.select(
         TOPIC,
         PARTITION,
-        F.col(REACHED).alias("_at"),
-        F.lit(REACH).alias("_kind"),
-        F.col("_level").alias("_value"),
-    ).unionByName(idle_events(idle, tick_position(F.col("_idle_from")), F.col("_idle_until")))
-    at = F.col("_at") if strategy.emission == "on_event" else strategy.emitted_at(F.col("_at"))
-    fields = [
-        ("time", "long"),
-        ("phase", "int"),
-        ("topic", "string"),
-        ("partition", "int"),
-        ("offset", "long"),
-    ]
-    flat = events.select(*[at[f].alias(f) for f, _ in fields], TOPIC, PARTITION, "_kind", "_value")
+        F.col(_REACHED).alias(EVENT_AT),
+        F.lit(REACH).alias(EVENT_KIND),
+        F.col("_level").alias(EVENT_VALUE),
+    ).unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), F.col(IDLE_UNTIL)))
+    at = F.col(EVENT_AT)
+    if strategy.emission == "periodic":
+        at = strategy.emitted_at(at)
     keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
-    rises = replay(flat, fields, keys, initial=0)
+    rises = replay(events.withColumn(EVENT_AT, at), keys, initial=0)
     crossed = rises.select(
-        F.explode(F.sequence(F.col("_from") + 1, F.col("_to"))).alias("_level"),
-        F.struct(*[f for f, _ in fields]).alias(POSITION),
+        F.explode(F.sequence(F.col(RISE_FROM) + 1, F.col(RISE_TO))).alias("_level"),
+        from_fields().alias(POSITION),
     )
     timeline = crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
     timeline = timeline.localCheckpoint()  # computed now, so the inputs can go
@@ -234,37 +217,12 @@ def _reaches_with_idleness(
     return timeline
 
 
-KEY_BITS = 22
-TICK_SLOT = (1 << KEY_BITS) - 1
-LONG_MIN = -(1 << 63)
-
-
-def position_key(time: Column, slot: Column) -> Column:
-    """A position as one sortable long: ``time << 22 | slot``, where a record's slot is its
-    rank among the records of its millisecond and a tick's is the last one."""
-    return F.shiftleft(time.cast("long"), KEY_BITS).bitwiseOR(slot.cast("long"))
-
-
-def tick_key(time: Column) -> Column:
-    return position_key(time, F.lit(TICK_SLOT))
-
-
-def with_position_keys(records: DataFrame) -> DataFrame:
-    """Add ``_key``: the record's :func:`position_key` (ranks by topic, partition, offset)."""
-    same_ms = Window.partitionBy(PROCESSING_TIME).orderBy(TOPIC, PARTITION, OFFSET)
-    slot = F.row_number().over(same_ms) - 1
-    checked = F.when(slot < TICK_SLOT, slot).otherwise(
-        F.raise_error(F.lit(f"more than {TICK_SLOT} records share one millisecond"))
-    )
-    return records.withColumn("_key", position_key(F.col(PROCESSING_TIME), checked))
-
-
 def watermark_timeline(
     records: DataFrame, strategy: WatermarkStrategy, bounds: Mapping[str, int] | None = None
 ) -> DataFrame:
-    """Every change of the combined watermark before the archive ends: ``_key`` (a
-    :func:`position_key`) and ``_w``, the watermark from there on. ``records`` carry ``_key``.
-    At most one row per tick in periodic mode (one per record that raises it, on-event)."""
+    """Every change of the combined watermark before the archive ends: ``_pos`` and ``_w``,
+    the watermark from there on. At most one row per tick in periodic mode (one per record
+    that raises it, on-event)."""
     interval = strategy.interval_ms
     earlier = (
         Window.partitionBy(TOPIC, PARTITION)
@@ -274,28 +232,25 @@ def watermark_timeline(
     before = F.max(EVENT_TIME).over(earlier)
     value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
     if strategy.emission == "on_event":
-        group = F.col("_key")
+        at = record_position()
     else:
-        group = tick_key(F.ceil(F.col(PROCESSING_TIME) / interval).cast("long") * interval)
+        at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
     rises = (
         records.withColumn("_before", before)
         .where(F.col("_before").isNull() | (F.col(EVENT_TIME) > F.col("_before")))
-        .groupBy(TOPIC, PARTITION, group.alias("_g"))
-        .agg(F.max(value).alias("_value"))
-        .withColumn("_kind", F.lit(REACH))
+        .groupBy(TOPIC, PARTITION, at.alias(EVENT_AT))
+        .agg(F.max(value).alias(EVENT_VALUE))
+        .withColumn(EVENT_KIND, F.lit(REACH))
     )
     if strategy.detects_idleness:
         start, horizon = _archive_span(records, strategy)
-        idle = idle_periods(
-            records, F.col("_key"), interval, strategy.idle_timeout_ms, start, horizon
-        )
-        wakes = F.col("_idle_until")
+        idle = idle_periods(records, interval, strategy.idle_timeout_ms, start, horizon)
+        wakes = F.col(IDLE_UNTIL)
         if strategy.emission == "periodic":
-            wakes = tick_key(F.ceil(F.col("_wakes_at") / interval).cast("long") * interval)
-        events = idle_events(idle, tick_key(F.col("_idle_from")), wakes)
-        rises = rises.unionByName(events.withColumnRenamed("_at", "_g"))
+            wakes = tick_position(next_tick(F.col(WAKES_AT), interval))
+        rises = rises.unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), wakes))
     partitions = [
         (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
     ]
-    changes = replay(rises, [("_g", "long")], partitions, LONG_MIN, strategy.combine)
-    return changes.select(F.col("_g").alias("_key"), F.col("_to").alias("_w"))
+    changes = replay(rises, partitions, LONG_MIN, strategy.combine)
+    return changes.select(from_fields().alias(POSITION), F.col(RISE_TO).alias(WATERMARK))

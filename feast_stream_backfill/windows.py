@@ -9,15 +9,13 @@ time places a record: its event time, or its inferred processing time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.processing_time import PROCESSING_TIME
-from feast_stream_backfill.records import EVENT_TIME
+from feast_stream_backfill.columns import EVENT_TIME, PROCESSING_TIME, WINDOW_END, WINDOW_START
 
-WINDOW_START, WINDOW_END = "_window_start", "_window_end"
 Domain = Literal["event", "processing"]
 
 
@@ -44,6 +42,7 @@ class TumblingWindows:
     size_ms: int
     offset_ms: int = 0
     domain: Domain = "event"
+    merges: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms)
@@ -66,6 +65,7 @@ class SlidingWindows:
     slide_ms: int
     offset_ms: int = 0
     domain: Domain = "event"
+    merges: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms, slide=self.slide_ms)
@@ -82,3 +82,21 @@ class SlidingWindows:
         return records.withColumn(WINDOW_START, F.explode(starts)).withColumn(
             WINDOW_END, F.col(WINDOW_START) + self.size_ms
         )
+
+
+@dataclass(frozen=True)
+class SessionWindows:
+    """Flink's ``{EventTime,ProcessingTime}SessionWindows.withGap(gap)``: a record opens
+    ``[t, t + gap)``; windows that touch merge (:mod:`merging_window_set`), so there is no
+    closed-form assignment."""
+
+    gap_ms: int
+    domain: Domain = "event"
+    merges: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_window(self.domain, gap=self.gap_ms)
+
+    def time(self) -> Column:
+        """The time that places a record: its event or processing time."""
+        return _time(self.domain)

@@ -1,0 +1,149 @@
+"""Aligned windows (tumbling, sliding) fired in closed form: Flink's ``WindowOperator``.
+
+An aligned window's extent is known from a record alone, so every (record, window) pair is
+judged at once with the trigger's rule (:func:`triggers.on_element`): "has the watermark
+passed ``maxTs`` (``maxTs + L``) before this record?" is one comparison of the record's
+position with the first watermark position reaching it (:func:`watermarks.watermark_reaches`,
+broadcast: one row per target). Timer firings are a ``groupBy`` per window; firings caused by
+records (late, per record) carry a running aggregate per window, ordered by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from feast_stream_backfill.aggregations import Aggregation, Over
+from feast_stream_backfill.columns import (
+    FIRE_POSITION,
+    FIRED_BY_RECORD,
+    POSITION,
+    STATUS,
+    TARGET,
+    WINDOW_END,
+    WINDOW_START,
+)
+from feast_stream_backfill.processing_order import clock_position
+from feast_stream_backfill.triggers import (
+    DROPPED,
+    ON_TIME,
+    PENDING,
+    WAITING,
+    WATERMARK,
+    Trigger,
+    fires_by_record,
+    on_element,
+)
+from feast_stream_backfill.windows import max_timestamp
+
+_REACHES_MAX_TS, _REACHES_CLEANUP = "_reaches_max_ts", "_reaches_cleanup"
+
+
+def _tells_late(trigger: Trigger) -> bool:
+    """Does the trigger need to know when the watermark passes ``maxTs``?"""
+    return trigger.timer == WATERMARK or trigger.on_element[0] != trigger.on_element[1]
+
+
+def watermark_targets(windowed: DataFrame, trigger: Trigger) -> DataFrame:
+    """The watermark values the trigger waits for: each window's cleanup time ``maxTs + L``
+    and, where it matters, its ``maxTs``."""
+    lateness = trigger.allowed_lateness_ms
+    wanted = [max_timestamp() + lateness]
+    if lateness and _tells_late(trigger):
+        wanted.append(max_timestamp())
+    return windowed.select(F.explode(F.array(*wanted)).alias(TARGET)).distinct()
+
+
+def _with_first_watermark(
+    windowed: DataFrame, reaches: DataFrame, lateness: int, name: str
+) -> DataFrame:
+    """Add ``name``: the position of the first watermark ``>= maxTs + lateness`` (null: not
+    before the archive ends); a broadcast join, one row per target."""
+    reached = reaches.select((F.col(TARGET) - lateness).alias("_ts"), F.col(POSITION).alias(name))
+    return windowed.join(F.broadcast(reached), max_timestamp() == F.col("_ts"), "left").drop("_ts")
+
+
+def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -> DataFrame:
+    """``_status`` per (record, window): the trigger's outcome, WAITING resolved to ON_TIME
+    (its timer fires before the archive ends) or PENDING; ``_fire_pos``: where the timer
+    fires. ``reaches`` (event time): :func:`watermarks.watermark_reaches` of the targets."""
+    if reaches is None:  # processing time: never late, the clock always fires
+        outcome = F.lit(on_element(trigger, False, False))
+        timer: Column = clock_position(max_timestamp())
+    else:
+        lateness = trigger.allowed_lateness_ms
+        windowed = _with_first_watermark(windowed, reaches, lateness, _REACHES_CLEANUP)
+        reaches_max_ts = _REACHES_CLEANUP
+        if lateness and _tells_late(trigger):
+            windowed = _with_first_watermark(windowed, reaches, 0, _REACHES_MAX_TS)
+            reaches_max_ts = _REACHES_MAX_TS
+
+        def passed(reached: str) -> Column:
+            return F.coalesce(F.col(reached) < F.col(POSITION), F.lit(False))
+
+        outcome = on_element(trigger, passed(_REACHES_CLEANUP), passed(reaches_max_ts))
+        timer = F.col(reaches_max_ts)
+    waiting = F.when(timer.isNull(), PENDING).otherwise(ON_TIME)
+    status = F.when(outcome == WAITING, waiting).otherwise(outcome)
+    return windowed.withColumn(STATUS, status).withColumn(FIRE_POSITION, timer)
+
+
+def _values(aggregations: Sequence[Aggregation], over: Over = None) -> list[Column]:
+    count = F.count(F.lit(1)) if over is None else F.count(F.lit(1)).over(over)
+    return [count.alias("record_count"), *[a.expr(over).alias(a.name) for a in aggregations]]
+
+
+def _firing(window: list[str], by_record: bool, aggregations: Sequence[Aggregation]) -> list:
+    return [
+        *window,
+        FIRE_POSITION,
+        F.lit(by_record).alias(FIRED_BY_RECORD),
+        "firing",
+        "record_count",
+        *[a.name for a in aggregations],
+    ]
+
+
+def firings(
+    classified: DataFrame,
+    trigger: Trigger,
+    keys: Sequence[str],
+    aggregations: Sequence[Aggregation],
+    event_time: bool,
+) -> DataFrame:
+    """Every firing: timers fire each window with its on-time records; a record that fires
+    its window at once emits every accepted record up to it (a running aggregate)."""
+    window = [*keys, WINDOW_START, WINDOW_END]
+    parts = []
+    if trigger.timer is not None:
+        by_timer = (
+            classified.where(F.col(STATUS) == ON_TIME)
+            .groupBy(*window, FIRE_POSITION)
+            .agg(*_values(aggregations))
+            .withColumn("firing", F.lit(ON_TIME))
+        )
+        parts.append(by_timer.select(*_firing(window, False, aggregations)))
+    if fires_by_record(trigger, event_time):
+        labels = {label for label in trigger.on_element if label is not None}
+        so_far = (
+            Window.partitionBy(*window)
+            .orderBy(POSITION)
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        by_record = (
+            classified.where(F.col(STATUS) != DROPPED)
+            .select(*window, POSITION, STATUS, *_values(aggregations, so_far))
+            .where(F.col(STATUS).isin(*labels))
+            .select(
+                *window,
+                F.col(POSITION).alias(FIRE_POSITION),
+                F.col(STATUS).alias("firing"),
+                "record_count",
+                *[a.name for a in aggregations],
+            )
+        )
+        parts.append(by_record.select(*_firing(window, True, aggregations)))
+    return reduce(DataFrame.unionByName, parts)
