@@ -43,7 +43,7 @@ from feast_stream_backfill.processing_order import FIELDS, STRUCT, Position, fie
 from feast_stream_backfill.triggers import STATUSES, Trigger
 from feast_stream_backfill.windows import SessionWindows
 
-_ROW, _COUNT, _AT = "_row", "_n", "_at_"  # output rows: a firing, dropped records, a status
+_ROW, _COUNT, _AT = "_kind_of_row", "_n", "_at_"  # output rows: a firing, dropped records, a status
 _TIME = "_time"
 
 

@@ -12,7 +12,9 @@ from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
     EventTimeTrigger,
+    Lookup,
     ProcessingTimeTrigger,
+    ScdTable,
     SessionWindows,
     StreamJob,
     WatermarkStrategy,
@@ -118,3 +120,66 @@ def test_processing_time_sessions_fire_by_the_clock(make_archive):
     spark, simulated, _, _ = logs(make_archive, rows, domain="processing")
     expected = [("a", 0, 15, 15, 0, "on_time", 2, 3.0), ("a", 30, 40, 40, 0, "on_time", 1, 4.0)]
     assert spark == simulated == expected
+
+
+# Regressions found by an independent check against real Flink: realistic epoch times, and a
+# watermark raised by a record that an inner lookup removes. Both lost the firing's emit time.
+BASE = 1767571200000  # 2026-01-05T00:00:00Z, a multiple of every tick interval used here
+
+
+def _firings(result) -> list[tuple]:
+    ms = F.unix_millis
+    columns = ("user", ms("window_start"), ms("window_end"), ms("emit_time"), "firing", "s")
+    return sorted(tuple(r) for r in result.emissions.select(*columns).collect())
+
+
+def test_periodic_sessions_at_realistic_times_carry_their_emit_time(make_archive):
+    # gap 60 s, B = 0, I = 200 ms. a: et 0 and 10 s -> [0, 70 s); b: 200 s -> [200, 260 s), and
+    # 400 s opens [400, 460 s) (400 > 260: no merge). The record at 200 s lifts W to 200 s - 1
+    # ms >= maxTs 70 s - 1 ms: a fires at the tick of 200 s (a record before a tick of its ms);
+    # 400 s lifts W past 260 s - 1 ms: b's first session fires at the tick of 400 s; its second
+    # waits (pending). On-event: the same instants, at the records themselves.
+    rows = [(0, 1, 0, "a", 1.0), (0, 2, 10_000, "a", 2.0), (0, 3, 200_000, "b", 3.0)]
+    rows += [(0, 4, 400_000, "b", 4.0)]
+    archive = make_archive([(p, o, BASE + t, k, v) for p, o, t, k, v in rows])
+    expected = [
+        ("a", BASE, BASE + 70_000, BASE + 200_000, "on_time", 3.0),
+        ("b", BASE + 200_000, BASE + 260_000, BASE + 400_000, "on_time", 3.0),
+    ]
+    for emission in ("periodic", "on_event"):
+        job = StreamJob(
+            topics=[ArchivedTopic("t", dataframe=archive)],
+            keys=["user"],
+            window=SessionWindows(60_000),
+            aggregations=[Aggregation("amount", "sum", "s")],
+            watermark=WatermarkStrategy(0, 200, emission),
+        )
+        result = backfill(archive.sparkSession, job)
+        assert _firings(result) == expected, emission
+        assert (result.stats["records_on_time"], result.stats["records_pending"]) == (3, 1)
+
+
+def test_a_session_fired_by_a_record_an_inner_lookup_removed(make_archive):
+    # On-event, I = 0, B = 0, gap 10 ms; rates hold EUR only. a's EUR record at 0 opens
+    # [0, 10); b's XXX record at 25 has no rate: the inner lookup removes it, but it passed
+    # the watermark generator first: W = 24 >= maxTs 9, so a's session fires at 25, with
+    # 1 * 2. b's record never reaches the window operator.
+    spark = make_archive([]).sparkSession
+    archive = make_archive([(0, 1, 0, "a", 1.0), (0, 2, 25, "b", 2.0)]).withColumn(
+        "cur", F.when(F.col("user") == "a", "EUR").otherwise("XXX")
+    )
+    rates = spark.createDataFrame([("EUR", 0, 2.0)], "cur string, valid_from long, rate double")
+    job = StreamJob(
+        topics=[ArchivedTopic("t", dataframe=archive)],
+        keys=["user"],
+        window=SessionWindows(10),
+        aggregations=[Aggregation("value", "sum", "s")],
+        watermark=WatermarkStrategy(0, 0, "on_event"),
+        lookups=[
+            Lookup(ScdTable("rates", ["cur"], dataframe=rates), ["rate"], time="event", how="inner")
+        ],
+        derived={"value": "amount * rate"},
+    )
+    result = backfill(spark, job)
+    assert _firings(result) == [("a", 0, 10, 25, "on_time", 2.0)]
+    assert result.stats["records_without_state"] == 1
