@@ -79,7 +79,8 @@ class Session:
     start: int
     end: int
     accumulators: list[Any]
-    cleanup: Position | None  # from here on its state is gone (None: not in the archive)
+    cleanup: Position | None  # from here on its state is gone (None: not in the archive,
+    # or not computed yet)
     records: int = 0
     waiting: int = 0  # records no firing has emitted yet
     timer: Position | None = None  # where its trigger's timer fires it
@@ -119,21 +120,22 @@ class MergingWindowSet:
         """A record (its window time, aggregated values and position): its outcome."""
         self.due(at)
         start, end, touching = self.merge(time, time + self.gap)
-        max_ts, lateness = end - 1, self.lateness
+        max_ts = end - 1
         watermark = self.watermark.before(at)
-        outcome = on_element(self.trigger, max_ts + lateness <= watermark, max_ts <= watermark)
+        outcome = on_element(self.trigger, max_ts + self.lateness <= watermark, max_ts <= watermark)
         if outcome == DROPPED:
             self.dropped[time] = self.dropped.get(time, 0) + 1
             self.counts[DROPPED] += 1
             return outcome
-        merged = Session(
-            start,
-            end,
-            [f.zero for f in self.functions],
-            self.watermark.first_reaching(max_ts + lateness),
-        )
-        for s in touching:
-            merged.absorb(self.sessions.pop(s.start), self.functions)
+        if len(touching) == 1:  # the common case: a record extends one session
+            merged = self.sessions.pop(touching[0].start)
+        else:
+            merged = Session(start, end, [f.zero for f in self.functions], None)
+            for s in touching:
+                merged.absorb(self.sessions.pop(s.start), self.functions)
+        if merged.cleanup is None or merged.end != end or merged.start != start:
+            merged.start, merged.end = start, end
+            merged.cleanup = self.watermark.first_reaching(max_ts + self.lateness)
         merged.records += 1
         merged.accumulators = [
             a if v is None else f.add(a, v)
@@ -142,7 +144,8 @@ class MergingWindowSet:
         self.sessions[start] = merged
         if outcome == WAITING:
             merged.waiting += 1
-            merged.timer = self.watermark.first_reaching(max_ts)
+            reached = merged.cleanup if not self.lateness else None
+            merged.timer = reached or self.watermark.first_reaching(max_ts)
         else:
             self.counts[outcome] += 1
             self._fire(merged, at, True, outcome)

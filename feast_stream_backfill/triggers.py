@@ -92,8 +92,8 @@ def _if(condition: bool | Column, then: Outcome, otherwise: Outcome) -> Outcome:
 def on_element(trigger: Trigger, closed: bool | Column, late: bool | Column) -> Outcome:
     """What one record does to one window: DROPPED (``closed``: the window's state is gone),
     the firing it causes at once, or WAITING. ``late``: the watermark has passed ``maxTs``."""
-    before, after = (label or WAITING for label in trigger.on_element)
-    return _if(closed, DROPPED, _if(late, after, before))
+    before, after = trigger.on_element
+    return _if(closed, DROPPED, _if(late, after or WAITING, before or WAITING))
 
 
 def fires_by_record(trigger: Trigger, event_time: bool) -> bool:
