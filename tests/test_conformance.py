@@ -1,10 +1,11 @@
 """The plugin against real Apache Flink (tests/conformance): identical firings, values, emit
 times and dropped records.
 
-CI runs the hand-written scenarios against the reference simulator and 8 of them, which
-together cover every option the plugin supports, against the plugin's Spark backfill (a few
-seconds each); and 20 random ones from a fixed seed against the simulator (which
-test_differential holds equal to the backfill). One Flink JVM replays them all.
+CI runs the hand-written scenarios against the reference simulator and 12 of them, which
+together cover every option the plugin supports and the pairs of options in :data:`PAIRS`,
+against the plugin's Spark backfill (a few seconds each); and 20 random ones from a fixed seed
+against the simulator (which test_differential holds equal to the backfill, at small times).
+One Flink JVM replays them all, fed in the simulator's processing order.
 ``python -m tests.conformance [--plugin]`` runs larger generated sets.
 """
 
@@ -23,8 +24,15 @@ from tests.conformance.harness import (
     processing_order,
     run_flink,
 )
-from tests.conformance.scenarios import AGAINST_THE_PLUGIN, EXAMPLE, generated, hand_written
-from tests.reference_simulator import Job, simulate
+from tests.conformance.scenarios import (
+    AGAINST_THE_PLUGIN,
+    BASE,
+    EXAMPLE,
+    at_realistic_times,
+    generated,
+    hand_written,
+)
+from tests.reference_simulator import Job, processing_times, simulate
 from tests.test_differential import spark_backfill
 
 RANDOM = generated(20, seed=2026)
@@ -33,7 +41,7 @@ SHIFTED = replace(EXAMPLE_JOB, window_offset=1)
 
 
 @pytest.fixture(scope="module")
-def replays(spark) -> dict[str, tuple[Scenario, FlinkRun]]:
+def replays() -> dict[str, tuple[Scenario, FlinkRun]]:
     """Every scenario of this file replayed on Flink, in one JVM."""
     scenarios = [
         Scenario("example_job", EXAMPLE, EXAMPLE_JOB),
@@ -41,7 +49,7 @@ def replays(spark) -> dict[str, tuple[Scenario, FlinkRun]]:
         *hand_written(),
         *RANDOM,
     ]
-    runs = run_flink(build(), scenarios, processing_order(spark, scenarios))
+    runs = run_flink(build(), scenarios, processing_order(scenarios))
     for run in runs:  # Flink's own late-data side output agrees with the pairs we report
         assert run.fully_dropped <= set(run.side_output)
         assert not run.partly_dropped & set(run.side_output)
@@ -67,6 +75,39 @@ def test_flink_fires_the_hand_computed_example(replays):
     assert compare(flink_log(shifted, SHIFTED), expected, EXAMPLE_JOB) != []
 
 
+def test_flink_fires_the_reproduction_at_realistic_times(replays):
+    # scenarios.REPRO (B = 0, I = 200, gap 60 s; ms after BASE, a multiple of 200): a's session
+    # [0, 70000) fires on the tick at 200000 (W = 199999), after b's record of that ms; b's
+    # [200000, 260000) on the tick at 400000, the last (the first at or after the last record).
+    _, run = replays["sessions_periodic_epoch"]
+    assert run.firings == [
+        ("t", BASE + 200000, "a", BASE, BASE + 70000, BASE + 199999, 2, 3.0, 1.0, 2.0),
+        ("t", BASE + 400000, "b", BASE + 200000, BASE + 260000, BASE + 399999, 1, 3.0, 3.0, 3.0),
+    ]
+    assert run.dropped == []
+
+
+def test_flink_fires_the_hand_computed_late_sessions_at_realistic_times(replays):
+    # scenarios.LATE_TICKS + BASE (gap 10, B = 0, I = 8, L = 15): on-time firings on ticks 32,
+    # 48 and 64, between records; a late merge [22, 35) at pt 60; b's et 2 dropped.
+    scenario, run = replays["sessions_lateness_periodic_epoch"]
+    emissions, dropped = flink_log(run, scenario.job)
+    shifted = [
+        (k, BASE + s, BASE + e, BASE + t, f, n, v)
+        for k, s, e, t, f, n, v in [
+            ("a", 3, 19, 32, "on_time", 2, 3.0),
+            ("b", 5, 15, 32, "on_time", 1, 6.0),
+            ("a", 22, 32, 48, "on_time", 1, 7.0),
+            ("b", 26, 36, 48, "on_time", 1, 3.0),
+            ("a", 22, 35, 60, "late", 2, 17.0),
+            ("a", 41, 51, 64, "on_time", 1, 4.0),
+            ("b", 44, 54, 64, "on_time", 1, 8.0),
+        ]
+    ]
+    assert sorted((*e[:4], *e[5:8]) for e in emissions) == sorted(shifted)
+    assert dropped == {("b", BASE + 2): 1}
+
+
 @pytest.mark.parametrize("name", [s.name for s in hand_written()])
 def test_hand_written_scenario_identical_to_the_simulator_and_the_plugin(spark, replays, name):
     scenario, run = replays[name]
@@ -88,23 +129,79 @@ def test_random_scenarios_identical_to_the_reference_simulator(replays):
     assert problems == {}
 
 
-def test_every_option_is_compared_with_the_plugin():
-    jobs = [s.job for s in hand_written() if s.name in AGAINST_THE_PLUGIN]
-    assert len(jobs) == len(AGAINST_THE_PLUGIN)
-    covered = {
-        "sliding": any(j.slide for j in jobs),
-        "sessions": any(j.gap for j in jobs),
-        "offset": any(j.window_offset for j in jobs),
-        "processing time": any(j.domain == "processing" for j in jobs),
-        "per record": any(j.trigger == "per_record" for j in jobs),
-        "lateness": any(j.lateness for j in jobs),
-        "on event": any(j.emission == "on_event" for j in jobs),
-        "max": any(j.combine == "max" for j in jobs),
-        "topic bounds": any(j.topic_bounds for j in jobs),
-        "idleness": any(j.idleness for j in jobs),
-        "delays": any(j.min_gap and j.min_delay and j.operator_delay for j in jobs),
+def features(scenario: Scenario) -> set[str]:
+    """What a scenario exercises, from its job, its records and the simulator's log."""
+    job, records = scenario.job, scenario.records
+    event = job.domain == "event"
+    emissions, dropped = simulate(records, job)
+    pts = {pt for pt, _ in processing_times(records, job)}
+    on_ticks = {e[3] - job.operator_delay for e in emissions if e[5] == "on_time"}
+    return {
+        name
+        for name, yes in {
+            "tumbling": not job.gap and not job.slide,
+            "sliding": not job.gap and job.slide,
+            "sessions": job.gap,
+            "offset": not job.gap and job.window_offset,
+            "processing time": not event,
+            "per record": job.trigger == "per_record",
+            "lateness": event and job.lateness,
+            "late firings": any(e[5] == "late" for e in emissions),
+            "drops": dropped,
+            "periodic": event and job.emission == "periodic" and job.interval,
+            "on event": event and job.emission == "on_event",
+            # On-time firings on a periodic tick strictly between records (SEMANTICS 2).
+            "ticks between records": event and job.emission == "periodic" and on_ticks - pts,
+            "max": job.combine == "max",
+            "topic bounds": job.topic_bounds,
+            "idleness": job.idleness,
+            "delays": job.min_gap and job.min_delay and job.operator_delay,
+            "duplicates": len({(r.topic, r.partition, r.offset) for r in records}) < len(records),
+            "epoch times": at_realistic_times(scenario),
+        }.items()
+        if yes
     }
-    assert [option for option, yes in covered.items() if not yes] == []
+
+
+#: Pairs of options that must meet in one scenario compared with the plugin: the bug that
+#: motivated them (periodic sessions at realistic times) needed two at once.
+PAIRS = [
+    ("sessions", "ticks between records"),
+    ("sessions", "epoch times"),
+    ("sessions", "lateness"),
+    ("sessions", "late firings"),
+    ("sessions", "drops"),
+    ("sessions", "on event"),
+    ("sessions", "processing time"),
+    ("sessions", "delays"),
+    ("tumbling", "ticks between records"),
+    ("tumbling", "epoch times"),
+    ("tumbling", "lateness"),
+    ("sliding", "per record"),
+    ("sliding", "lateness"),
+    ("sliding", "on event"),
+    ("sliding", "epoch times"),
+    ("sliding", "processing time"),
+    ("per record", "lateness"),
+    ("per record", "periodic"),
+    ("idleness", "ticks between records"),
+    ("idleness", "epoch times"),
+    ("processing time", "epoch times"),
+    ("lateness", "ticks between records"),
+    ("offset", "epoch times"),
+    ("duplicates", "delays"),
+    ("max", "on event"),
+    ("topic bounds", "lateness"),
+]
+
+
+def test_every_pair_of_options_is_compared_with_the_plugin():
+    scenarios = [s for s in hand_written() if s.name in AGAINST_THE_PLUGIN]
+    assert len(scenarios) == len(AGAINST_THE_PLUGIN) <= 12
+    covered = [features(s) for s in scenarios]
+    options = {o for pair in PAIRS for o in pair}
+    assert sorted(o for o in options if not any(o in c for c in covered)) == []
+    assert [p for p in PAIRS if not any(set(p) <= c for c in covered)] == []
 
 
 def test_a_disagreement_is_reported():
@@ -117,3 +214,12 @@ def test_a_disagreement_is_reported():
         "plugin only: ('a', 0, 10, 31, 0, 'on_time', 2, 3.0, 1.0, 2.0)",
         "dropped ('a', 0): Flink 1, plugin 2",
     ]
+
+
+def test_a_repeated_or_missing_copy_of_a_firing_is_reported():
+    # Firings are multisets: the same row twice on one side is one difference, not none.
+    job = Job(size=10)
+    e = ("a", 0, 10, 30, 0, "on_time", 2, 3.0, 1.0, 2.0)
+    assert compare(([e], {}), ([e, e], {}), job) == [f"plugin only: {e}"]
+    assert compare(([e, e, e], {}), ([e], {}), job) == [f"Flink only:  {e}"] * 2
+    assert compare(([e, e], {}), ([e, e], {}), job) == []

@@ -5,8 +5,9 @@ Replays the hand-written scenarios and N random ones on Flink (one JVM) and comp
 the reference simulator and, with ``--plugin``, with the plugin's Spark backfill (a few seconds
 per scenario). ``--idleness`` gives every one-topic MIN scenario an idleness timeout.
 ``--wall-clock SCALE`` also replays the processing-time scenarios on a MiniCluster at SCALE wall
-ms per processing-time ms (:mod:`wall_clock`). Prints scenario counts, match rates and wall
-times; exits 1 on any disagreement.
+ms per processing-time ms (:mod:`wall_clock`). Prints scenario counts (per window kind x
+emission, and at realistic epoch times), match rates and wall times; exits 1 on any
+disagreement. Spark is started only for ``--plugin``: records are ordered by the simulator.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import argparse
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 
-from feast_stream_backfill.spark import get_spark
 from tests.conformance import wall_clock
 from tests.conformance.harness import build, compare, flink_log, processing_order, run_flink
-from tests.conformance.scenarios import generated, hand_written
+from tests.conformance.scenarios import at_realistic_times, generated, hand_written, kind
 from tests.reference_simulator import simulate
 
 
@@ -44,22 +45,36 @@ def main() -> int:
             else s
             for s in scenarios
         ]
-    spark = get_spark({"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"})
     classpath = build()
-    timed = processing_order(spark, scenarios)
+    timed = processing_order(scenarios)
     flink_started = time.monotonic()
     runs = run_flink(classpath, scenarios, timed)
     flink_seconds = time.monotonic() - flink_started
 
     references = {"simulator": lambda s: simulate(s.records, s.job)}
     if args.plugin:
+        from feast_stream_backfill.spark import get_spark
         from tests.test_differential import spark_backfill
 
+        conf = {"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"}
+        spark = get_spark(conf)
         references["plugin"] = lambda s: spark_backfill(spark, s.records, s.job)
+    kinds = Counter(kind(s) for s in scenarios)
+    epoch = sum(map(at_realistic_times, scenarios))
+    between = sum(  # Flink fired on a periodic tick at an instant no record was read at
+        any(f[0] == "t" and f[1] not in {pt for pt, _ in records} for f in run.firings)
+        for run, records in zip(runs, timed, strict=True)
+    )
+    print(
+        f"{len(scenarios)} scenarios, {epoch} at realistic epoch times (~1.77e12 ms), "
+        f"{between} with firings on ticks between records:"
+    )
+    print("  " + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())))
     failed = False
     for name, reference in references.items():
         agree = emissions = matched = dropped = 0
         by_domain = {"event": [0, 0], "processing": [0, 0]}
+        by_kind: Counter[str] = Counter()
         for scenario, run in zip(scenarios, runs, strict=True):
             flink = flink_log(run, scenario.job)
             problems = compare(flink, reference(scenario), scenario.job)
@@ -69,6 +84,8 @@ def main() -> int:
             agree += not problems
             by_domain[scenario.job.domain][0] += not problems
             by_domain[scenario.job.domain][1] += 1
+            by_kind[kind(scenario)] += not problems
+            by_kind["epoch times"] += not problems and at_realistic_times(scenario)
             if problems:
                 failed = True
                 print(f"{name} disagrees on {scenario.name}: {scenario.job}")
@@ -80,6 +97,11 @@ def main() -> int:
             f"{matched}/{emissions} Flink emissions matched "
             f"({100 * matched / max(emissions, 1):.2f}%); "
             f"{dropped} dropped (record, window) pairs"
+        )
+        print(
+            "  identical: "
+            + ", ".join(f"{k} {by_kind[k]}/{n}" for k, n in sorted(kinds.items()))
+            + f", at epoch times {by_kind['epoch times']}/{epoch}"
         )
     print(f"Flink replay of {len(scenarios)} scenarios: {flink_seconds:.1f} s (one JVM)")
     if args.wall_clock:

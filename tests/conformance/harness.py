@@ -5,7 +5,8 @@ sources' per-split watermark generators and multiplexer (``ProgressiveTimestamps
 built from a real ``WatermarkStrategy``), the union's ``StatusWatermarkValve``, and the
 ``WindowOperator`` that a DataStream program ``keyBy().window().allowedLateness().aggregate()``
 builds, inside Flink's ``KeyedOneInputStreamOperatorTestHarness``. Records are fed in the
-plugin's global processing order, computed by the plugin's own ``processing_time`` module;
+global processing order of the reference simulator (``processing_times``: dedupe, ``pt``, sort by
+``(pt, topic, partition, offset)``), not the plugin's: the plugin's own ordering is under test;
 periodic watermarks tick on a test processing-time service at multiples of ``I``.
 
 Flink is fetched by ``mvn`` with ``pom.xml`` into ``lib/`` and the replay compiled by ``javac``
@@ -17,22 +18,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from functools import reduce
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
-from feast_stream_backfill.processing_time import (
-    DUPLICATE,
-    PROCESSING_TIME,
-    ProcessingTimeModel,
-    with_processing_time,
-)
-from feast_stream_backfill.records import EVENT_TIME, OFFSET, PARTITION, TOPIC
-from tests.reference_simulator import Job, Record
+from tests.reference_simulator import Job, Record, processing_times
 
 HERE = Path(__file__).resolve().parent
 LIB, CLASSES = HERE / "lib", HERE / "classes"
@@ -93,38 +83,10 @@ def build() -> str:
     return f"{CLASSES}:{LIB}/*"
 
 
-def processing_order(spark: SparkSession, scenarios: list[Scenario]) -> list[list[tuple]]:
-    """Each scenario's distinct records as ``(pt, record)`` in global processing order, with
-    ``pt`` from the plugin's ``with_processing_time`` (one model per (D1, D2), one Spark job)."""
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for i, s in enumerate(scenarios):
-        groups[(s.job.min_gap, s.job.min_delay)].append(i)
-    schema = (
-        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long, "
-        "scenario int, row int, key string, value double"
-    )
-    timed = [
-        with_processing_time(
-            spark.createDataFrame(
-                [
-                    (f"{i}/{r.topic}", r.partition, r.offset, r.et, i, j, r.key, r.value)
-                    for i in members
-                    for j, r in enumerate(scenarios[i].records)
-                ],
-                schema,
-            ),
-            ProcessingTimeModel(gap, delay),
-        ).where(~F.col(DUPLICATE))
-        for (gap, delay), members in groups.items()
-    ]
-    ordered: list[list[tuple]] = [[] for _ in scenarios]
-    for row in (
-        reduce(DataFrame.unionByName, timed).select("scenario", "row", PROCESSING_TIME).collect()
-    ):
-        ordered[row[0]].append((row[2], scenarios[row[0]].records[row[1]]))
-    for timed_records in ordered:
-        timed_records.sort(key=lambda x: (x[0], x[1].topic, x[1].partition, x[1].offset))
-    return ordered
+def processing_order(scenarios: list[Scenario]) -> list[list[tuple[int, Record]]]:
+    """Each scenario's distinct records as ``(pt, record)`` in global processing order, by the
+    reference simulator (SEMANTICS section 1), independently of the plugin's Spark code."""
+    return [processing_times(s.records, s.job) for s in scenarios]
 
 
 def _feed(scenario: Scenario, timed: list[tuple]) -> str:
@@ -238,17 +200,17 @@ def _order(e: tuple) -> tuple:
 def compare(
     flink: tuple[list[tuple], dict], plugin: tuple[list[tuple], dict], job: Job
 ) -> list[str]:
-    """Differences, as readable lines (empty: identical firings, values, times, drops). The
-    order of a key's firings at one instant is compared through ``emit_sequence``."""
-    f_emissions, f_dropped = sorted(flink[0], key=_order), flink[1]
-    p_emissions, p_dropped = sorted(plugin[0], key=_order), plugin[1]
-    problems = []
-    for e in f_emissions:
-        if e not in p_emissions:
-            problems.append(f"Flink only:  {e}")
-    for e in p_emissions:
-        if e not in f_emissions:
-            problems.append(f"plugin only: {e}")
+    """Differences, as readable lines (empty: identical firings, values, times, drops). Firings
+    are compared as multisets: a firing one side repeats more often is reported once per extra
+    copy. The order of a key's firings at one instant is compared through ``emit_sequence``."""
+    f_emissions, p_emissions = Counter(flink[0]), Counter(plugin[0])
+    f_dropped, p_dropped = flink[1], plugin[1]
+    problems = [
+        f"Flink only:  {e}" for e in sorted((f_emissions - p_emissions).elements(), key=_order)
+    ]
+    problems += [
+        f"plugin only: {e}" for e in sorted((p_emissions - f_emissions).elements(), key=_order)
+    ]
     for k in sorted(set(f_dropped) | set(p_dropped)):
         if f_dropped.get(k) != p_dropped.get(k):
             problems.append(f"dropped {k}: Flink {f_dropped.get(k)}, plugin {p_dropped.get(k)}")

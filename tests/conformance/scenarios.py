@@ -1,6 +1,8 @@
 """Conformance scenarios: hand-written archives covering every option, and random ones.
 
-Times are small (ms from the epoch) so that windows, ticks and watermarks are easy to read.
+Times are small (ms from the epoch) so that windows, ticks and watermarks are easy to read;
+``*_epoch`` scenarios shift event times to a realistic instant (:data:`BASE`, ~1.77e12 ms),
+where a bug hid that tiny times near the epoch never showed (sessions x periodic emission).
 Every job is one Flink can express: MAX combining is one generator over every record (a
 reader's main output, or an assigner after the union), so it takes one bound for all topics.
 """
@@ -12,6 +14,9 @@ from dataclasses import replace
 
 from tests.conformance.harness import Scenario
 from tests.reference_simulator import Job, Record
+
+#: 2026-01-05T00:00:00Z in ms: a multiple of 200 and of 8, so ticks keep their small-time places.
+BASE = 1_767_571_200_000
 
 
 def _records(topic: str, partition: int, rows: list[tuple]) -> list[Record]:
@@ -74,11 +79,42 @@ SESSIONS = _records(
 ) + _records("t", 1, [(2, "b", 7), (28, "a", 8), (21, "a", 9), (70, "a", 1), (80, "b", 2)])
 # Records archived twice (at-least-once ingestion) and an offset gap (compaction).
 COPIES = EXAMPLE + [EXAMPLE[2], EXAMPLE[5]] + [Record("t", 0, 9, 40, "a", 1.0)]
+# The independent check's reproduction (ms after BASE; one partition, offsets 1-4): with B = 0,
+# I = 200, gap 60 s, a's session [0, 70000) fires on time on the tick at 200000 (right after
+# b's record of that ms), b's [200000, 260000) on the tick at 400000; [400000, 460000) never.
+REPRO = [
+    Record("t", 0, o, BASE + et, k, float(v))
+    for o, et, k, v in [
+        (1, 0, "a", 1),
+        (2, 10000, "a", 2),
+        (3, 200000, "b", 3),
+        (4, 400000, "b", 4),
+    ]
+]
+# Sessions (gap 10, B = 0, I = 8) whose on-time firings come on ticks between records:
+#   p0: 3 a, 9 a, 26 b, 41 a, 58 b      p1: 5 b, 22 a, 44 b, 60 a      (pt = et)
+# Watermark on ticks 8..64 (first at or after 60): 2, 4, 8, 21, 21, 40, 40, 57. Sessions:
+# a [3, 19) (maxTs 18) and b [5, 15) fire at tick 32; a [22, 32), b [26, 36) at 48;
+# a [41, 51), b [44, 54) at 64; b [58, 68), a [60, 70) never.
+TICKS = _records("t", 0, [(3, "a", 1), (9, "a", 2), (26, "b", 3), (41, "a", 4), (58, "b", 5)])
+TICKS += _records("t", 1, [(5, "b", 6), (22, "a", 7), (44, "b", 8), (60, "a", 9)])
+# ... and two late records at pt 60 (W = 40 since tick 56). With L = 15: a's 25 makes [25, 35),
+# which merges with a's fired-but-kept [22, 32) into [22, 35): late (34 <= 40), not dropped
+# (34 + 15 > 40): a late firing at 60 of 2 records, 17. b's 2 makes [2, 12): b's [5, 15) was
+# purged at tick 48 (14 + 15 <= 40); 11 + 15 <= 40: dropped.
+LATE_TICKS = TICKS + [Record("t", 1, 4, 25, "a", 10.0), Record("t", 1, 5, 2, "b", 11.0)]
+
+
+def at_epoch(records: list[Record], base: int = BASE) -> list[Record]:
+    """The records with event times shifted by ``base``."""
+    return [replace(r, et=r.et + base) for r in records]
 
 
 def hand_written() -> list[Scenario]:
-    """One scenario per option of the plugin (and a few combinations)."""
+    """One scenario per option of the plugin, and combinations (test_conformance.PAIRS)."""
     base = Job(size=10, interval=10)
+    ticks = Job(size=10, gap=10, interval=8)
+    delays = {"min_gap": 2, "min_delay": 5, "operator_delay": 7}
     return [
         Scenario("example", EXAMPLE, base),
         Scenario("duplicates_and_offset_gaps", COPIES, base),
@@ -148,20 +184,68 @@ def hand_written() -> list[Scenario]:
             COPIES,
             replace(base, min_gap=2, min_delay=5, operator_delay=7, lateness=10, window_offset=3),
         ),
+        # Periodic emission with ticks between records, and realistic (epoch) times.
+        Scenario("sessions_periodic_epoch", REPRO, Job(size=60000, gap=60000, interval=200)),
+        Scenario("sessions_periodic_ticks", TICKS, ticks),
+        Scenario("sessions_periodic_ticks_epoch", at_epoch(TICKS), ticks),
+        Scenario("sessions_lateness_periodic", LATE_TICKS, replace(ticks, lateness=15)),
+        Scenario(
+            "sessions_lateness_periodic_epoch", at_epoch(LATE_TICKS), replace(ticks, lateness=15)
+        ),
+        Scenario(
+            "sessions_on_event_delays_epoch",
+            at_epoch(LATE_TICKS),
+            replace(ticks, emission="on_event", lateness=15, **delays),
+        ),
+        Scenario(
+            "processing_time_sessions_epoch",
+            at_epoch(SESSIONS),
+            replace(base, gap=10, domain="processing", min_gap=1),
+        ),
+        Scenario(
+            "tumbling_lateness_periodic_epoch",
+            at_epoch(JITTER + [JITTER[3], JITTER[12]]),  # and two copies
+            replace(
+                base,
+                interval=3,
+                lateness=10,
+                window_offset=3,
+                min_gap=1,
+                min_delay=5,
+                operator_delay=7,
+            ),
+        ),
+        Scenario(
+            "per_record_sliding_epoch",
+            at_epoch(JITTER),
+            replace(base, size=20, slide=10, trigger="per_record", lateness=5, interval=7),
+        ),
+        Scenario("idleness_periodic_ticks", QUIET, replace(base, size=50, idleness=30, interval=7)),
+        Scenario(
+            "idleness_periodic_epoch",
+            at_epoch(QUIET),
+            replace(base, size=50, idleness=30, interval=7),
+        ),
     ]
 
 
 #: The hand-written scenarios CI also compares with the Spark backfill (a few seconds each):
-#: together they cover every option; CI compares all of them with the simulator.
+#: together they cover every option and the pairs of test_conformance.PAIRS (test_differential
+#: holds the plugin to the simulator at small times only, hence the epoch ones); CI compares
+#: all of them with the simulator.
 AGAINST_THE_PLUGIN = (
-    "copies_delays_offset",  # tumbling, offset, D1, D2, D3, lateness, duplicates, MIN
+    "tumbling_lateness_periodic_epoch",  # offset, D1-D3, a late firing, duplicates, MIN
     "sliding_lateness_on_event",  # sliding, on-event watermarks, late firings
-    "per_record_sliding_lateness",  # CountTrigger.of(1), periodic ticks
+    "per_record_sliding_epoch",  # CountTrigger.of(1) over sliding windows, lateness
     "processing_time_sliding",  # processing-time timers
     "two_topics_own_bounds",  # two sources, per-topic bounds (the valve)
     "max_combine_on_event",  # MAX combining
-    "idleness",  # WatermarksWithIdleness
+    "idleness_periodic_epoch",  # WatermarksWithIdleness, ticks between records
     "sessions_lateness",  # session windows merging, lateness
+    "sessions_periodic_epoch",  # the reproduction: on-time session firings on ticks
+    "sessions_lateness_periodic_epoch",  # ... between records, late merges, drops
+    "sessions_on_event_delays_epoch",  # sessions, on-event watermarks, D1, D2, D3
+    "processing_time_sessions_epoch",  # processing-time sessions at realistic times
 )
 
 
@@ -202,12 +286,13 @@ def _job(rng: random.Random, topics: int) -> Job:
         min_delay=rng.choice([0, 10]),
         operator_delay=rng.choice([0, 5]),
         idleness=rng.choice([0, 10, 60, 300]) if combine == "min" and topics == 1 else 0,
-        gap=rng.choice([0, 0, 15, 60]),
+        gap=rng.choice([0, 0, 0, 15, 60, 400]),
     )
 
 
 def generated(n: int, seed: int = 0) -> list[Scenario]:
-    """``n`` random scenarios from ``seed`` (non-empty archives)."""
+    """``n`` random scenarios from ``seed`` (non-empty archives); half at a realistic epoch
+    base, on or off the ticks' grid."""
     rng = random.Random(seed)
     scenarios: list[Scenario] = []
     while len(scenarios) < n:
@@ -217,6 +302,20 @@ def generated(n: int, seed: int = 0) -> list[Scenario]:
             for p in range(rng.randint(1, 3)):
                 records += _partition(rng, topic, p)
         job = _job(rng, len(topics))
+        base = rng.choice([0, 0, BASE, BASE + rng.randint(1, 86_400_000)])
         if records:
-            scenarios.append(Scenario(f"random_{seed}_{len(scenarios)}", records, job))
+            name = f"random_{seed}_{len(scenarios)}"
+            scenarios.append(Scenario(name, at_epoch(records, base), job))
     return scenarios
+
+
+def kind(scenario: Scenario) -> str:
+    """Window kind x emission (event time) or x processing time, e.g. ``sessions/periodic``."""
+    job = scenario.job
+    shape = "sessions" if job.gap else "sliding" if job.slide else "tumbling"
+    return f"{shape}/{job.emission if job.domain == 'event' else 'processing time'}"
+
+
+def at_realistic_times(scenario: Scenario) -> bool:
+    """Event times near today (~1.77e12 ms), not near the epoch."""
+    return min(r.et for r in scenario.records) >= 10**12

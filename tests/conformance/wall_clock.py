@@ -37,20 +37,29 @@ def _spec(job) -> tuple:
     return (job.size, job.slide, job.window_offset, job.trigger)
 
 
+def _shift(job, records: list[tuple]) -> int:
+    """A multiple of the window slide that brings the scenario's first ``pt`` into
+    ``[0, slide)``: the same windows, released within ms of the start even at epoch times."""
+    slide = job.slide or job.size
+    return records[0][0] - records[0][0] % slide if records else 0
+
+
 def replay(
     classpath: str, scenarios: list[Scenario], timed: list[list[tuple]], scale: int
 ) -> tuple[int, list[tuple]]:
     """Run every (processing-time) scenario in one wall-clock job; returns ``base`` and the
     firings ``(scenario, key, start, end, fired_at, count, sum, min, max, indices)``, times
-    in the scenario's processing-time ms (wall-clock ones mapped back, maybe fractional)."""
+    in the scenario's processing-time ms (wall-clock ones mapped back, maybe fractional; each
+    scenario fed shifted by :func:`_shift`, so that epoch-time ones need not wait decades)."""
     specs = sorted({_spec(s.job) for s in scenarios})
+    shifts = [_shift(s.job, records) for s, records in zip(scenarios, timed, strict=True)]
     lines = [f"scale {scale}"]
     lines += [
         f"spec {i} {size} {slide} {offset} {trigger}"
         for i, (size, slide, offset, trigger) in enumerate(specs)
     ]
     feed = sorted(
-        (pt, specs.index(_spec(s.job)), n, index, r.key, r.value)
+        (pt - shifts[n], specs.index(_spec(s.job)), n, index, r.key, r.value)
         for n, (s, records) in enumerate(zip(scenarios, timed, strict=True))
         for index, (pt, r) in enumerate(records)
     )
@@ -70,6 +79,10 @@ def replay(
     base = next(
         int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("base ")
     )
+
+    def to_pt(wall: str, n: int) -> float:
+        return (int(wall) - base) / scale + shifts[n]
+
     firings = []
     for line in output:
         if not line.startswith("fire "):
@@ -77,15 +90,15 @@ def replay(
         _, _spec_id, scoped_key, start, end, fired, count, total, low, high, indices = line.split(
             " "
         )
-        n, key = scoped_key.split("/", 1)
-        to_pt = lambda wall: (int(wall) - base) / scale  # noqa: E731
+        scenario, key = scoped_key.split("/", 1)
+        n = int(scenario)
         firings.append(
             (
-                int(n),
+                n,
                 key,
-                int(to_pt(start)),
-                int(to_pt(end)),
-                to_pt(fired),
+                int(to_pt(start, n)),
+                int(to_pt(end, n)),
+                to_pt(fired, n),
                 int(count),
                 float(total),
                 float(low),
