@@ -149,6 +149,30 @@ def test_duplicates_count_once(make_archive):
     assert emissions[0][6:] == (3, 19.0)
 
 
+def test_mean_is_the_windows_sum_over_its_count(make_archive):
+    # Key a, L = 25. [0, 10) holds et 1, 4 (p0) and 2 (p1): amounts 1, 2, 16, mean 19/3, on
+    # time at 30; [10, 20) holds et 12 alone: 4, also at 30. The et-7 record (128) read at
+    # pt 31 fires [0, 10) late with all four: (1 + 2 + 16 + 128) / 4 = 36.75. (Sums of small
+    # integers are exact in doubles, so the means are exactly these quotients.)
+    spec = StreamJob(
+        topics=[ArchivedTopic("clicks", dataframe=make_archive(ROWS))],
+        keys=["user"],
+        window=TumblingWindows(size_ms=10),
+        aggregations=[Aggregation("amount", "mean", "amount_mean")],
+        watermark=WatermarkStrategy(interval_ms=10),
+        trigger=EventTimeTrigger(allowed_lateness_ms=25),
+    )
+    result = backfill(make_archive([]).sparkSession, spec)
+    emissions = result.emissions.where("user = 'a'").orderBy("emit_time", "emit_sequence")
+    assert [
+        (r.window_start, r.emit_time, r.firing, r.amount_mean) for r in emissions.collect()
+    ] == [
+        (ms(0), ms(30), "on_time", 19 / 3),
+        (ms(10), ms(30), "on_time", 4.0),
+        (ms(0), ms(31), "late", 36.75),
+    ]
+
+
 @pytest.mark.parametrize("interval", [0, -1])
 def test_periodic_watermark_needs_a_positive_interval(interval):
     with pytest.raises(ValueError):

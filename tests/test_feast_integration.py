@@ -119,6 +119,7 @@ def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
     # Serving and training agree at 10:20 on every key and feature.
     store = FeatureStore(repo_path=str(repo))
     mismatches = compare(store, "user_spend_5m", t("10:20:00"))
+    assert mismatches.keys_compared == 2  # u1 and u2: every key that emitted by 10:20
     assert mismatches == {
         f: 0 for f in ("spend_5m", "transactions_5m", "mean_amount_5m", "max_amount_5m")
     }

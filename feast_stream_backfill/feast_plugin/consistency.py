@@ -33,9 +33,14 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
 
 
-def compare(
-    store: FeatureStore, view_name: str, at: datetime, n_keys: int = 1000
-) -> dict[str, int]:
+class Mismatches(dict[str, int]):
+    """Mismatches per feature; ``keys_compared``: how many keys were read on both sides (0
+    would make every count 0 without checking anything)."""
+
+    keys_compared: int = 0
+
+
+def compare(store: FeatureStore, view_name: str, at: datetime, n_keys: int = 1000) -> Mismatches:
     """Mismatches per feature over up to ``n_keys`` keys that emitted at or before ``at``
     (the most active first)."""
     view = store.get_stream_feature_view(view_name)
@@ -57,7 +62,8 @@ def compare(
     offline = store.get_historical_features(entity_df=entity_df, features=refs).to_df()
     offline = pd.DataFrame(rows).merge(offline, on=keys, how="left")
     ttl = view.ttl.total_seconds() if view.ttl else None
-    mismatches = {}
+    mismatches = Mismatches()
+    mismatches.keys_compared = len(rows)
     for feature in features:
         stamps = online.get(f"{feature}__ts") or [None] * len(rows)
         count = 0
@@ -79,9 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     at = datetime.fromisoformat(args.at)
     at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
     result = compare(FeatureStore(repo_path=args.repo), args.view, at, args.keys)
+    print(f"{result.keys_compared} keys compared")
     for feature, count in result.items():
         print(f"{feature}: {count} mismatches")
-    sys.exit(1 if any(result.values()) else 0)
+    sys.exit(1 if any(result.values()) or not result.keys_compared else 0)
 
 
 if __name__ == "__main__":
