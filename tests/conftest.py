@@ -4,6 +4,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -26,8 +27,9 @@ def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFr
     return df.withColumn("event_time", F.timestamp_millis("et")).drop("et")
 
 
-def collect_log(result) -> tuple[list[tuple], dict[tuple, int]]:
-    """A backfill's emissions and dropped counts in the simulator's shape (times in ms)."""
+def collect_log(result, extra: Sequence[str] = ()) -> tuple[list[tuple], dict[tuple, int]]:
+    """A backfill's emissions and dropped counts in the simulator's shape (times in ms); the
+    ``extra`` feature columns are appended to each emission (features the simulator lacks)."""
     ms = F.unix_millis
     emissions = [
         tuple(r)
@@ -42,6 +44,7 @@ def collect_log(result) -> tuple[list[tuple], dict[tuple, int]]:
             "sum",
             "min",
             "max",
+            *extra,
         ).collect()
     ]
     dropped = {

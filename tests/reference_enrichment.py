@@ -3,9 +3,9 @@
 For each distinct record, in processing order, the state table is replayed up to the lookup
 time (``pt + delay`` or ``et``) and the record's key looked up in the resulting dictionary.
 The enriched records then go through :func:`tests.reference_simulator.simulate`, which also
-infers their processing times; a record an inner lookup removes is given the key
-:data:`WITHOUT_STATE`, whose emissions are discarded: it still moves the watermark (the
-source saw it), but no window anyone reads holds it.
+infers their processing times, and the job's windows (tumbling, sliding or sessions, in either
+domain); a record an inner lookup removes is given the key None: it still moves the
+watermark (the source saw it), but no window holds it and no status counts it.
 
 State here is an exchange rate per currency, and a record's value is ``amount x rate``
 (``amount x`` :data:`NO_RATE` when a left lookup finds no state).
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from tests.reference_simulator import Job, Record, processing_times, simulate
 
-WITHOUT_STATE = "\x00without state"
 NO_RATE = 100.0
 
 
@@ -107,19 +106,21 @@ def enrich(transactions: list[Transaction], lookup: RateLookup, job: Job) -> lis
         tx = by_offset[(record.topic, record.partition, record.offset)]
         at = pt + lookup.delay if lookup.time == "processing" else tx.et
         rate = lookup.source.state_at(at).get(tx.currency) if tx.currency is not None else None
-        key, value = tx.key, tx.amount * (NO_RATE if rate is None else rate)
-        if rate is None and lookup.how == "inner":
-            key = WITHOUT_STATE
+        key = None if rate is None and lookup.how == "inner" else tx.key
+        value = tx.amount * (NO_RATE if rate is None else rate)
         enriched.append(Record(tx.topic, tx.partition, tx.offset, tx.et, key, value))
     return enriched
 
 
 def simulate_enriched(
-    transactions: list[Transaction], lookup: RateLookup, job: Job
+    transactions: list[Transaction],
+    lookup: RateLookup,
+    job: Job,
+    counts: dict[str, int] | None = None,
 ) -> tuple[list[tuple], dict[tuple, int]]:
-    """:func:`simulate` on the enriched records, without the removed records' windows."""
-    emissions, dropped = simulate(enrich(transactions, lookup, job), job)
-    return (
-        [e for e in emissions if e[0] != WITHOUT_STATE],
-        {k: n for k, n in dropped.items() if k[0] != WITHOUT_STATE},
-    )
+    """:func:`simulate` on the enriched records (``counts`` as there; with
+    ``records_without_state`` added: the distinct records an inner lookup removed)."""
+    enriched = enrich(transactions, lookup, job)
+    if counts is not None:
+        counts["records_without_state"] = sum(r.key is None for r in enriched)
+    return simulate(enriched, job, counts)

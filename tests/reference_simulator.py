@@ -18,7 +18,7 @@ class Record:
     partition: int
     offset: int
     et: int
-    key: str
+    key: str | None  # None: the source's watermark sees it, no window does (inner lookup)
     value: float
 
 
@@ -106,9 +106,31 @@ def windows_of(t: int, job: Job) -> list[int]:
     return starts
 
 
-def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, int]]:
+STATUSES = ("on_time", "late", "per_record", "dropped", "pending")
+
+
+def java_min(values: list[float]) -> float:
+    """``Math.min`` folded over the values: NaN if any is NaN, whatever the order (Python's
+    ``min`` depends on where the NaN stands)."""
+    return math.nan if any(math.isnan(v) for v in values) else min(values)
+
+
+def java_max(values: list[float]) -> float:
+    """``Math.max`` folded over the values, likewise."""
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def simulate(
+    records: list[Record], job: Job, counts: dict[str, int] | None = None
+) -> tuple[list[tuple], dict[tuple, int]]:
     """Returns (emissions, dropped). An emission is (key, window_start, window_end,
-    emit_time, emit_sequence, firing, count, sum, min, max); dropped maps (key, start) -> n."""
+    emit_time, emit_sequence, firing, count, sum, min, max); dropped maps (key, start) -> n.
+    Aggregates follow Java doubles (a NaN makes sum, min and max NaN).
+
+    ``counts``, if given, is filled with the plugin's ``Backfill.stats`` statuses of the
+    distinct (record, window) pairs (:data:`STATUSES`): ``on_time`` once an on-time firing
+    emitted it, ``late`` if it fired a late firing, ``per_record``, ``dropped`` (a session's
+    dropped record in its own window), ``pending`` if still waiting when the archive ends."""
     timed = processing_times(records, job)
     bounds = dict(job.topic_bounds)
     splits = {(r.topic, r.partition): Split(bounds.get(r.topic, job.bound)) for _, r in timed}
@@ -124,6 +146,8 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
     clock_timers: set[tuple] = set()  # processing-time timers, likewise
     emissions: list[tuple] = []
     dropped: dict[tuple, int] = defaultdict(int)
+    status: dict[str, int] = dict.fromkeys(STATUSES, 0)
+    buffered: dict[tuple, int] = defaultdict(int)  # (key, start) -> records awaiting its timer
 
     def emit(key: str, start: int, now: int, firing: str) -> None:
         values = contents[(key, start)]
@@ -136,10 +160,12 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
                 firing,
                 len(values),
                 sum(values),
-                min(values),
-                max(values),
+                java_min(values),
+                java_max(values),
             )
         )
+        if firing in ("on_time", "late"):  # the records it waited for are out
+            status["on_time"] += buffered.pop((key, start), 0)
 
     def advance_watermark(now: int) -> None:
         """Each source combines its splits, the operator takes MIN over sources (or the seed's
@@ -192,16 +218,18 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         end = max([end, *(ends[(key, s)] for s in touching)])
         if job.domain == "event" and end - 1 + job.lateness <= watermark:
             return None
-        values = []
+        values, waiting = [], 0
         for s in touching:
             live[key].discard(s)
             values += contents.pop((key, s))
+            waiting += buffered.pop((key, s), 0)
             timer = (ends[(key, s)] - 1, key, s)
             event_timers.discard(timer)
             clock_timers.discard(timer)
         live[key].add(start)
         ends[(key, start)] = end
         contents[(key, start)] = values
+        buffered[(key, start)] += waiting  # the merged session's timer fires them all
         return start, end
 
     def starts_of(time: int, r: Record) -> list[int]:
@@ -211,25 +239,30 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         merged = merge_session(r.key, time)
         if merged is None:
             dropped[(r.key, time)] += 1
+            status["dropped"] += 1
             return []
         return [merged[0]]
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        for start in starts_of(time, r):
-            max_ts = ends.get((r.key, start), start + job.size) - 1
+        for start in starts_of(time, r) if r.key is not None else []:
+            window = (r.key, start)
+            max_ts = ends.get(window, start + job.size) - 1
             if job.domain == "event" and max_ts + job.lateness <= watermark:
-                dropped[(r.key, start)] += 1
+                dropped[window] += 1
+                status["dropped"] += 1
                 continue
-            contents[(r.key, start)].append(r.value)
+            contents[window].append(r.value)
             if job.trigger == "per_record":
                 emit(r.key, start, pt, "per_record")
-            elif job.domain == "processing":
-                clock_timers.add((max_ts, r.key, start))
-            elif max_ts <= watermark:
+                status["per_record"] += 1
+            elif job.domain == "event" and max_ts <= watermark:
+                status["late"] += 1
                 emit(r.key, start, pt, "late")
             else:
-                event_timers.add((max_ts, r.key, start))
+                buffered[window] += 1
+                timers = clock_timers if job.domain == "processing" else event_timers
+                timers.add((max_ts, r.key, start))
         split = splits[(r.topic, r.partition)]
         split.max_et = max(split.max_et, r.et)
         split.counter += 1
@@ -249,6 +282,10 @@ def simulate(records: list[Record], job: Job) -> tuple[list[tuple], dict[tuple, 
         while next_tick <= -(-timed[-1][0] // job.interval) * job.interval:
             tick(next_tick)
             next_tick += job.interval
+
+    if counts is not None:
+        status["pending"] += sum(buffered.values())
+        counts.update(status)
 
     sequence: dict[tuple, int] = defaultdict(int)
     numbered = []
