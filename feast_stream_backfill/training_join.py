@@ -3,13 +3,12 @@
 For a prediction ``(key, t)`` the value is the last emission with ``emit_time <= t`` (ties by
 ``emit_sequence``), or null where there is none or it is older than the ttl.
 
-The as-of join is a sort, not a join: predictions and emissions are unioned, sorted per key
-by time (emissions first at equal times, so ``emit_time == t`` is visible), and the last
-emission is carried forward with a window. Cost ~ (predictions + emissions) log, whatever
-the skew; no prediction is paired with every emission of its key. Spark 4.2 has no SQL
-``ASOF JOIN`` and ``DataFrame._joinAsOf`` is a nested-loop join. The values come back once per
-distinct ``(key, t)`` and are joined to the predictions on key *and* time: an equi-join with at
-most one match per row.
+The as-of join is a sort, not a join (:func:`feast_stream_backfill.carry_forward.carry_forward`):
+the distinct prediction instants and the emissions are sorted per key by time (emissions first at
+equal times, so ``emit_time == t`` is visible; then by ``emit_sequence``) and the last emission is
+carried forward. Cost ~ (predictions + emissions) log, whatever the skew. The values come back
+once per distinct ``(key, t)`` and are joined to the predictions on key *and* time: an equi-join
+with at most one match per row.
 """
 
 from __future__ import annotations
@@ -17,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-_T, _SIDE, _SEQ, _VALUE = "_asof_t", "_asof_side", "_asof_seq", "_asof_value"
+from feast_stream_backfill.carry_forward import carry_forward
+
+_T, _SEQ, _VALUE, _EMITTED = "_asof_t", "_asof_seq", "_asof_value", "_asof_emitted"
 
 
 def as_of_values(
@@ -39,31 +40,15 @@ def as_of_values(
     value as of that instant; join it back on keys and time (see :func:`as_of_join`)."""
     names = list(output_names or features)
     points = predictions.select(*keys, F.col(prediction_time).alias(_T)).distinct()
-    value = F.struct(F.col(emission_time).alias("_at"), *[F.col(f) for f in features])
-    seq = F.col(sequence) if sequence else F.lit(0)
-    right = emissions.select(
+    written = emissions.select(
         *keys,
         F.col(emission_time).alias(_T),
-        F.lit(0).alias(_SIDE),
-        seq.alias(_SEQ),
-        value.alias(_VALUE),
+        (F.col(sequence) if sequence else F.lit(0)).alias(_SEQ),
+        F.struct(F.col(emission_time).alias(_EMITTED), *[F.col(f) for f in features]).alias(_VALUE),
     )
-    left = points.select(
-        *keys,
-        _T,
-        F.lit(1).alias(_SIDE),
-        F.lit(None).cast(right.schema[_SEQ].dataType).alias(_SEQ),
-        F.lit(None).cast(right.schema[_VALUE].dataType).alias(_VALUE),
-    )
-    so_far = (
-        Window.partitionBy(*keys)
-        .orderBy(_T, _SIDE, _SEQ)
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    last = F.last(_VALUE, ignorenulls=True).over(so_far)
-    carried = right.unionByName(left).withColumn(_VALUE, last).where(F.col(_SIDE) == 1)
+    carried = carry_forward(points, written, keys, _T, _VALUE, order=[_SEQ])
     if ttl_seconds:
-        fresh = F.col(_VALUE)["_at"] >= F.col(_T) - F.make_interval(secs=F.lit(ttl_seconds))
+        fresh = F.col(_VALUE)[_EMITTED] >= F.col(_T) - F.make_interval(secs=F.lit(ttl_seconds))
         carried = carried.withColumn(_VALUE, F.when(fresh, F.col(_VALUE)))
     return carried.select(
         *keys,
