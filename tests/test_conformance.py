@@ -108,6 +108,18 @@ def test_flink_fires_the_hand_computed_late_sessions_at_realistic_times(replays)
     assert dropped == {("b", BASE + 2): 1}
 
 
+def test_flink_fires_sessions_when_every_split_is_idle(replays):
+    # scenarios.ALL_IDLE + BASE: the MAX flush on tick 100, p1 back alone on tick 310, p0 on 400.
+    scenario, run = replays["sessions_all_idle_epoch"]
+    emissions, _ = flink_log(run, scenario.job)
+    assert [(e[0], e[1] - BASE, e[2] - BASE, e[3] - BASE, e[7]) for e in emissions] == [
+        ("a", 0, 14, 100, 9.0),
+        ("b", 1, 15, 100, 20.0),
+        ("a", 30, 40, 310, 9.0),
+        ("b", 310, 320, 400, 10.0),
+    ]
+
+
 @pytest.mark.parametrize("name", [s.name for s in hand_written()])
 def test_hand_written_scenario_identical_to_the_simulator_and_the_plugin(spark, replays, name):
     scenario, run = replays[name]
@@ -174,6 +186,7 @@ PAIRS = [
     ("sessions", "on event"),
     ("sessions", "processing time"),
     ("sessions", "delays"),
+    ("sessions", "idleness"),
     ("tumbling", "ticks between records"),
     ("tumbling", "epoch times"),
     ("tumbling", "lateness"),

@@ -77,7 +77,10 @@ def main() -> int:
         by_kind: Counter[str] = Counter()
         for scenario, run in zip(scenarios, runs, strict=True):
             flink = flink_log(run, scenario.job)
-            problems = compare(flink, reference(scenario), scenario.job)
+            try:
+                problems = compare(flink, reference(scenario), scenario.job)
+            except Exception as error:  # report it with the scenario, go on with the others
+                problems = [f"raised {type(error).__name__}: {str(error).strip()[-600:]}"]
             emissions += len(flink[0])
             matched += len(flink[0]) - sum(p.startswith("Flink only") for p in problems)
             dropped += sum(flink[1].values())

@@ -104,6 +104,15 @@ TICKS += _records("t", 1, [(5, "b", 6), (22, "a", 7), (44, "b", 8), (60, "a", 9)
 # purged at tick 48 (14 + 15 <= 40); 11 + 15 <= 40: dropped.
 LATE_TICKS = TICKS + [Record("t", 1, 4, 25, "a", 10.0), Record("t", 1, 5, 2, "b", 11.0)]
 
+# Sessions (gap 10, B = 0, I = 10, T = 30, D1 = 10) whose splits all go idle: p0's et 0-5 are
+# read at pt 0, 10, ..., 50 (D1), p1's at 2 and 30; p1 goes idle on tick 80, p0 on tick 100
+# (40 > T after its inactivity clock started on tick 60): all idle, the combined watermark is
+# flushed to the MAX, p1's 29: a [0, 14) (1 + 3 + 5) and b [1, 15) (2 + 4 + 6 + 8) fire on
+# tick 100. p1, idle first, is back first, at 310: alone active, it sets 309: a [30, 40) fires
+# on tick 310. p1 idle again on tick 360; p0 back at 400: 399, b [310, 320) fires on tick 400.
+ALL_IDLE = _records("t", 0, [(et, "ab"[et % 2], et + 1) for et in range(6)] + [(400, "a", 7)])
+ALL_IDLE += _records("t", 1, [(2, "b", 8), (30, "a", 9), (310, "b", 10)])
+
 
 def at_epoch(records: list[Record], base: int = BASE) -> list[Record]:
     """The records with event times shifted by ``base``."""
@@ -220,6 +229,16 @@ def hand_written() -> list[Scenario]:
             at_epoch(JITTER),
             replace(base, size=20, slide=10, trigger="per_record", lateness=5, interval=7),
         ),
+        Scenario(
+            "sessions_idleness_lateness_epoch",
+            at_epoch(LATE_TICKS),
+            Job(size=10, gap=10, interval=5, lateness=10, idleness=5),
+        ),
+        Scenario(
+            "sessions_all_idle_epoch",
+            at_epoch(ALL_IDLE),
+            Job(size=10, gap=10, interval=10, idleness=30, min_gap=10),
+        ),
         Scenario("idleness_periodic_ticks", QUIET, replace(base, size=50, idleness=30, interval=7)),
         Scenario(
             "idleness_periodic_epoch",
@@ -241,7 +260,7 @@ AGAINST_THE_PLUGIN = (
     "two_topics_own_bounds",  # two sources, per-topic bounds (the valve)
     "max_combine_on_event",  # MAX combining
     "idleness_periodic_epoch",  # WatermarksWithIdleness, ticks between records
-    "sessions_lateness",  # session windows merging, lateness
+    "sessions_all_idle_epoch",  # sessions, every split idle: the MAX flush fires them
     "sessions_periodic_epoch",  # the reproduction: on-time session firings on ticks
     "sessions_lateness_periodic_epoch",  # ... between records, late merges, drops
     "sessions_on_event_delays_epoch",  # sessions, on-event watermarks, D1, D2, D3
