@@ -60,13 +60,16 @@ class Position(NamedTuple):
 
 
 def position(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
-    return F.struct(
+    """A position; null where ``time`` is null (no such moment, e.g. an idle partition that
+    no record wakes), so that ``isNotNull`` tells whether the moment exists."""
+    struct = F.struct(
         time.cast("bigint").alias("time"),
         F.lit(phase).alias("phase"),
         topic.alias("topic"),
         partition.cast("int").alias("partition"),
         offset.cast("bigint").alias("offset"),
     )
+    return F.when(time.isNotNull(), struct)
 
 
 def record_position() -> Column:
