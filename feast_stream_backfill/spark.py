@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,10 +37,12 @@ def delta_jars() -> list[str]:
 def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     """The active session, or a new one from ``DEFAULT_CONF`` overridden by ``conf``.
 
-    ``conf`` is Feast's ``spark_conf``: set ``spark.master`` to run on a cluster.
+    ``conf`` is Feast's ``spark_conf``: set ``spark.master`` to run on a cluster. On an active
+    session it is applied as Spark's own ``getOrCreate`` would (:func:`_apply_to_active`).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
+        _apply_to_active(active, conf or {})
         return active
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must be this interpreter, which has this package and Feast installed.
@@ -57,3 +60,26 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _apply_to_active(spark: SparkSession, conf: Mapping[str, str]) -> None:
+    """Set the runtime-modifiable settings of ``conf`` on a running session (as Spark's
+    ``getOrCreate`` does); warn, naming requested and actual values, about the others that
+    differ (``spark.master``, ``spark.driver.memory``, ...): they are fixed when a session
+    starts, and ignoring them silently would leave the user believing they took effect."""
+    ignored = {}
+    for key, requested in conf.items():
+        actual = spark.conf.get(key, None)
+        if actual == str(requested):
+            continue
+        if spark.conf.isModifiable(key):
+            spark.conf.set(key, str(requested))
+        else:
+            ignored[key] = (requested, actual)
+    if ignored:
+        listed = "; ".join(f"{k}: requested {r!r}, actual {a!r}" for k, (r, a) in ignored.items())
+        warnings.warn(
+            "a Spark session is already active and these spark_conf settings cannot be changed "
+            f"on it, so they are ignored: {listed}",
+            stacklevel=3,
+        )
