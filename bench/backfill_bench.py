@@ -6,6 +6,7 @@ Spark's ``noop`` sink, so only computing is timed. The plugin's time includes it
 validation pass, duplicate handling, watermark timeline and dropped-record accounting.
 
     .venv/bin/python -m bench.backfill_bench --sizes 1000000 4000000
+    .venv/bin/python -m bench.backfill_bench --master "$(scripts/spark_cluster.sh url)"
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def main() -> None:
         choices=[*KINDS, "all"],
         help="window kinds and triggers to time (all: every one)",
     )
+    parser.add_argument(
+        "--master", help="Spark master, e.g. the URL scripts/spark_cluster.sh start prints"
+    )
     args = parser.parse_args()
-    spark = get_spark()
+    spark = get_spark({"spark.master": args.master} if args.master else None)
     print(
         f"spark {spark.version}, master {spark.sparkContext.master}, "
         f"{spark.sparkContext.defaultParallelism} cores"
