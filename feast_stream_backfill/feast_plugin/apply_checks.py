@@ -1,0 +1,187 @@
+"""``feast apply``'s checks of the stream feature views the plugin backfills, every problem in
+one error.
+
+Without them a mistake in a job's declaration (a tag that does not parse, an archive without a
+column the job reads, a function the model does not have) surfaces only at materialize or
+training time, one at a time. ``StreamBackfillComputeEngine.update`` runs :func:`check_views`
+before the registry is committed. Tables are checked by their Delta schemas, read through Spark
+(the Delta log only, no data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import timedelta
+from difflib import get_close_matches
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from feast import StreamFeatureView
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType, TimestampType
+
+from feast_stream_backfill.aggregations import FUNCTIONS
+from feast_stream_backfill.backfill import StreamJob
+from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, ScdTable, StateSource
+from feast_stream_backfill.feast_plugin.definitions import (
+    DERIVED,
+    LOOKUP,
+    PREFIX,
+    archive_tags,
+    backfill_tags,
+    stream_job,
+)
+
+#: Every option tag :func:`stream_job` reads, with its default (none for optional ones).
+_DEFAULTS = {**backfill_tags(), **archive_tags()}
+_KNOWN = {*_DEFAULTS, *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1))}
+
+
+class ApplyCheckError(ValueError):
+    """Stream feature views the plugin cannot backfill as declared (one line per problem)."""
+
+
+def backfilled(view: object) -> bool:
+    """A stream view whose records the plugin runs through the modelled job: one with
+    aggregations (a view without them follows Feast's batch rule)."""
+    return isinstance(view, StreamFeatureView) and bool(view.aggregations)
+
+
+def check_views(
+    spark: SparkSession, views: Iterable[StreamFeatureView], repo_path: Path | str | None
+) -> None:
+    """Raise :class:`ApplyCheckError` listing every problem of every view (by view name), if
+    any."""
+    schemas = _Schemas(spark)
+    ordered = sorted(views, key=lambda view: view.name)
+    found = [line for view in ordered for line in _problems(view, repo_path, schemas)]
+    if found:
+        raise ApplyCheckError(
+            f"{len(found)} problem(s) in the stream feature views feast-stream-backfill "
+            "backfills; the registry is unchanged:\n" + "\n".join(f"  {p}" for p in found)
+        )
+
+
+def _problems(
+    view: StreamFeatureView, repo_path: Path | str | None, schemas: _Schemas
+) -> Iterator[str]:
+    where = f"stream feature view {view.name!r}"
+    source, archive = view.stream_source, view.batch_source
+    tags = {**getattr(archive, "tags", {}), **getattr(source, "tags", {}), **view.tags}
+    unknown = [k for k in tags if _is_unknown(k)]
+    bad_ms = [k for k in tags if k in _KNOWN and k.endswith("_ms") and not tags[k].isdigit()]
+    unsupported = [a for a in view.aggregations if a.function not in FUNCTIONS]
+    for key in unknown:
+        close = get_close_matches(key, _KNOWN, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "not an option of feast-stream-backfill"
+        yield f"{where}: unknown tag {key!r} ({hint})"
+    for key in bad_ms:
+        yield f"{where}: tag {key} = {tags[key]!r} is not a whole number of milliseconds"
+    for a in unsupported:
+        yield (
+            f"{where}: aggregation {a.name or a.column!r}: function {a.function!r} is not "
+            f"supported (the model has {', '.join(FUNCTIONS)})"
+        )
+    yield from _incoherent(where, tags, view)
+    supported = [a for a in view.aggregations if a.function in FUNCTIONS]
+    if not supported:
+        return
+    # Judge the rest with the problems above replaced by defaults: each is reported once.
+    clean = view.__copy__()
+    clean.aggregations = supported
+    clean.tags = {k: v for k, v in tags.items() if k not in bad_ms}
+    clean.tags.update({k: _DEFAULTS[k] for k in bad_ms if k in _DEFAULTS})
+    try:
+        job = stream_job(clean, repo_path)
+    except (ValueError, NotImplementedError) as exc:
+        message = str(exc)
+        yield message if message.startswith(where) else f"{where}: {message}"
+        return
+    yield from _table_problems(where, job, view, schemas)
+
+
+def _is_unknown(key: str) -> bool:
+    return key.startswith(PREFIX) and key not in _KNOWN and not key.startswith((LOOKUP, DERIVED))
+
+
+def _incoherent(where: str, tags: dict[str, str], view: StreamFeatureView) -> Iterator[str]:
+    """Options that the job would silently ignore."""
+    lateness = tags.get(PREFIX + "allowed_lateness_ms", "0")
+    if tags.get(PREFIX + "window_domain") == "processing" and lateness.isdigit() and int(lateness):
+        yield (
+            f"{where}: allowed lateness ({lateness} ms) is set but the windows are "
+            "processing-time ones, which are never late (Flink ignores it)"
+        )
+    timed = [a.name or a.column for a in view.aggregations if a.time_window or a.slide_interval]
+    if PREFIX + "session_gap_ms" in tags and timed:
+        yield (
+            f"{where}: the session_gap tag makes session windows, so the time_window / "
+            f"slide_interval of aggregation(s) {timed} would be ignored: declare one or the other"
+        )
+
+
+def _table_problems(
+    where: str, job: StreamJob, view: StreamFeatureView, schemas: _Schemas
+) -> Iterator[str]:
+    """The archive and state tables exist and have the columns the job reads. A view with a
+    udf reads the archive's record columns; its other columns are the udf's business."""
+    udf = getattr(view, "udf", None) or getattr(view, "feature_transformation", None)
+    for topic in job.topics:
+        label = f"{where}: archive {topic.path}"
+        record = [topic.partition_col, topic.offset_col, topic.timestamp_col]
+        yield from schemas.missing(
+            label, topic.path, record if udf else [*record, *job.payload_columns]
+        )
+        schema = schemas.get(topic.path)
+        if schema and topic.timestamp_col in schema.fieldNames():
+            kind = schema[topic.timestamp_col].dataType
+            if not isinstance(kind, TimestampType):
+                yield (
+                    f"{label}: event time column {topic.timestamp_col!r} is "
+                    f"{kind.simpleString()}, not an instant (TIMESTAMP)"
+                )
+    for lookup in job.lookups:
+        for path, columns in _state_columns(lookup.source, lookup.attributes):
+            label = f"{where}: state table {lookup.source.name!r} ({path})"
+            yield from schemas.missing(label, path, columns)
+
+
+def _state_columns(
+    source: StateSource, attributes: Sequence[str]
+) -> list[tuple[str, list[str | None]]]:
+    """Each Delta table of a state source with the columns its ``versions`` reads there."""
+    keyed = [*source.keys, *attributes]
+    if isinstance(source, ScdTable):
+        return [(source.path, [*keyed, source.valid_from, source.valid_to])]
+    if isinstance(source, CdcLog):
+        tables = [(source.path, [*keyed, source.time, source.op, source.sequence])]
+        return tables + ([(source.snapshot_path, keyed)] if source.snapshot_path else [])
+    if isinstance(source, DeltaHistory):
+        return [(source.path, keyed)]
+    raise TypeError(f"unknown state source {type(source).__name__}")
+
+
+class _Schemas:
+    """Delta schemas read through Spark (the Delta log, no data), once per path."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+        self._read: dict[str, StructType | None] = {}
+
+    def get(self, path: str) -> StructType | None:
+        """The table's schema; None when there is no Delta table at ``path``."""
+        if path not in self._read:
+            exists = DeltaTable.isDeltaTable(self._spark, path)
+            self._read[path] = (
+                self._spark.read.format("delta").load(path).schema if exists else None
+            )
+        return self._read[path]
+
+    def missing(self, label: str, path: str, columns: Sequence[str | None]) -> Iterator[str]:
+        schema = self.get(path)
+        if schema is None:
+            yield f"{label}: no Delta table there"
+            return
+        missing = [c for c in dict.fromkeys(columns) if c and c not in schema.fieldNames()]
+        if missing:
+            yield f"{label}: no column(s) {missing}; it has {schema.fieldNames()}"
