@@ -52,7 +52,8 @@ redis_pid=$!
 trap 'kill "$redis_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-echo "Feast tests $FEAST_REF (commit $(cat "$src/.commit")), plugin commit $(git rev-parse --short HEAD)"
+dirty=$(git diff --quiet HEAD -- feast_stream_backfill || echo " + uncommitted changes")
+echo "Feast tests $FEAST_REF (commit $(cat "$src/.commit")), plugin $(git rev-parse --short HEAD)$dirty"
 cd "$src/sdk/python"
 FEAST_IS_LOCAL_TEST=True \
 FULL_REPO_CONFIGS_MODULE=stream_backfill_repo_configuration \
