@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -14,11 +14,21 @@ from feast_stream_backfill.errors import BadArchiveError
 
 
 @dataclass(frozen=True)
+class RecordTransform:
+    """A transformation of a topic's records as loaded, before anything reads them (a Feast
+    udf): ``code`` identifies it (in the emission log's fingerprint), ``apply`` runs it."""
+
+    code: str
+    apply: Callable[[DataFrame], DataFrame] = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class ArchivedTopic:
     """A Kafka topic archived as a table: partition, offset, event time, keys, payload.
 
     Give ``path`` (a Delta table, local or ``s3a://``) or, to use the core on any Spark data,
     ``dataframe``. ``out_of_orderness_ms`` overrides the job's B for this topic's partitions.
+    ``transform`` is applied to the records as loaded: its output is the topic.
     """
 
     name: str
@@ -28,12 +38,17 @@ class ArchivedTopic:
     timestamp_col: str = "event_time"
     out_of_orderness_ms: int | None = None
     dataframe: DataFrame | None = field(default=None, compare=False, repr=False)
+    transform: RecordTransform | None = None
 
     @property
     def where(self) -> str:
         return f"archived topic {self.name!r} ({self.path or 'DataFrame'})"
 
     def load(self, spark: SparkSession) -> DataFrame:
+        records = self._read(spark)
+        return records if self.transform is None else self.transform.apply(records)
+
+    def _read(self, spark: SparkSession) -> DataFrame:
         if self.dataframe is not None:
             return self.dataframe
         if self.path is None:

@@ -121,7 +121,8 @@ def keep(df):
     return df
 
 
-def test_a_udf_is_refused_not_silently_skipped():
+def test_a_udf_becomes_the_topic_transform_identified_by_its_source():
     window = [FeastAggregation(column="amount", function="sum", time_window=timedelta(minutes=5))]
-    with pytest.raises(NotImplementedError, match="'clicks_5m' has a udf .*derived_tags"):
-        stream_job(view(window, udf=keep))
+    (topic,) = stream_job(view(window, udf=keep)).topics
+    assert topic.transform.code == "spark:def keep(df): return df"
+    assert stream_job(view(window)).topics[0].transform is None

@@ -11,12 +11,13 @@ emission at or before END, stored with its ``emit_time`` as the timestamp. An or
 ``[START, END]`` (created timestamp breaks ties), stored with that event timestamp. Rows are written
 from the Spark executors through Feast's own online store (its Redis key encoding, ``_ts``
 field and ttl), one connection per Spark partition. Feast's Redis writer skips a row whose
-timestamp is not newer than the stored one, so a rerun writes nothing new: idempotent.
+timestamp is not newer than the stored one, so a rerun writes nothing new: idempotent. Any other
+online store is written by Feast's own ``online_write_batch``, from the executors or, for a file
+such as sqlite, from the driver (:mod:`.online_writer`); a rerun writes the same rows again.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -32,16 +33,34 @@ from feast.infra.common.materialization_job import (
     MaterializationTask,
 )
 from feast.infra.compute_engines.base import ComputeEngine
-from feast.infra.passthrough_provider import PassthroughProvider
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
-from feast.utils import _convert_arrow_to_proto, _get_column_names
 from pyspark.accumulators import Accumulator
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
-from feast_stream_backfill.feast_plugin.definitions import refuse_transformations
-from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from feast_stream_backfill.feast_plugin.apply_checks import backfilled, check_views
+from feast_stream_backfill.feast_plugin.definitions import check_supported, is_windowed
+from feast_stream_backfill.feast_plugin.emission_cleanup import (
+    remove_project_logs,
+    remove_view_logs,
+)
+from feast_stream_backfill.feast_plugin.offline_store import (
+    emissions_for,
+    latest_rows,
+    spark_for,
+)
+from feast_stream_backfill.feast_plugin.online_writer import (
+    Progress,
+    Tally,
+    driver_batches,
+    write_failed,
+    write_with_feast,
+    writes_from_driver,
+)
+from feast_stream_backfill.feast_plugin.online_writer import (
+    check_online_store as _check_online_store,
+)
 from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter, supports
 from feast_stream_backfill.online_state import state_at
 
@@ -78,10 +97,6 @@ class StreamBackfillMaterializationJob(MaterializationJob):
         return None
 
 
-class OnlineStoreWriteError(RuntimeError):
-    """The online store could not be written; nothing was reported as materialized."""
-
-
 def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
@@ -102,10 +117,36 @@ class StreamBackfillComputeEngine(ComputeEngine):
         entities_to_delete: Any,
         entities_to_keep: Any,
     ) -> None:
-        """Nothing to provision: emission logs are made on first use."""
+        """``feast apply``: check every stream view the plugin backfills (every problem in one
+        error, before the registry is committed: :mod:`.apply_checks`), then remove the emission
+        logs of deleted stream views. Emission logs are made on first use."""
+        checked = [view for view in views_to_keep if backfilled(view)]
+        if checked:
+            check_views(spark_for(self.repo_config), checked, self.repo_config.repo_path)
+        deleted = [view.name for view in views_to_delete if isinstance(view, StreamFeatureView)]
+        remove_view_logs(self.repo_config, project, deleted)
 
     def teardown_infra(self, project: str, fvs: Any, entities: Any) -> None:
-        """Nothing to tear down beyond what the online store owns."""
+        """``feast teardown``: the project's emission logs, all of them (Feast passes its batch
+        views only; the online store's tables are the online store's)."""
+        remove_project_logs(self.repo_config, project)
+
+    @property
+    def supports_batch(self) -> bool:
+        """Feast hands every view of one ``feast materialize`` to :meth:`materialize` at once."""
+        return True
+
+    def materialize(
+        self,
+        registry: Any,
+        tasks: MaterializationTask | list[MaterializationTask],
+        **kwargs: Any,
+    ) -> list[MaterializationJob]:
+        """Every view is checked before any is computed or written: one error names each view
+        this plugin cannot serve (:func:`.definitions.check_supported`)."""
+        listed = [tasks] if isinstance(tasks, MaterializationTask) else tasks
+        check_supported([task.feature_view for task in listed])
+        return super().materialize(registry, tasks, **kwargs)
 
     def _materialize_one(
         self, registry: Any, task: MaterializationTask, **kwargs: Any
@@ -114,13 +155,12 @@ class StreamBackfillComputeEngine(ComputeEngine):
         start, end = _utc(task.start_time), _utc(task.end_time)
         try:
             _check_online_store(self.repo_config, self.online_store)
-            if isinstance(view, StreamFeatureView):
+            if is_windowed(view):
                 emissions = emissions_for(self.repo_config, view)
                 keys = [e.name for e in view.entity_columns]
                 state, timestamp = state_at(emissions, keys, end, start), "emit_time"
             else:
-                refuse_transformations(view)
-                state = self._latest_rows(registry, task.project, view, start, end)
+                state = self._latest_rows(view, start, end)
                 timestamp = view.batch_source.timestamp_field
             written = write_online(state, view, self.repo_config, task.tqdm_builder, timestamp)
         except Exception as exc:  # Feast raises job.error() for an ERROR job
@@ -129,35 +169,11 @@ class StreamBackfillComputeEngine(ComputeEngine):
             MaterializationJobStatus.SUCCEEDED, keys_written=written
         )
 
-    def _latest_rows(
-        self, registry: Any, project: str, view: FeatureView, start: datetime, end: datetime
-    ) -> DataFrame:
-        """A batch view's latest row per key in ``[start, end]``, by the offline store's
-        ``pull_latest_from_table_or_query``, renamed by the source's ``field_mapping``.
-
-        Only the view's own entities are passed to ``_get_column_names`` (it takes every
-        entity's join key it is given)."""
-        entities = [registry.get_entity(name, project) for name in view.entities]
-        keys, features, timestamp, created = _get_column_names(view, entities)
-        job = self.offline_store.pull_latest_from_table_or_query(
-            self.repo_config, view.batch_source, keys, features, timestamp, created, start, end
-        )
-        rows = job.to_spark_df()
-        mapping = view.batch_source.field_mapping or {}
-        return rows.toDF(*[mapping.get(c, c) for c in rows.columns])
-
-
-def _check_online_store(config: RepoConfig, online_store: Any) -> None:
-    """Fail before any Spark work, with the address, when Redis is not there."""
-    get_client = getattr(online_store, "_get_client", None)
-    if get_client is None:
-        return
-    try:
-        get_client(config.online_store).ping()
-    except Exception as exc:
-        raise OnlineStoreWriteError(
-            f"cannot reach the online store at {config.online_store.connection_string!r}: {exc}"
-        ) from exc
+    def _latest_rows(self, view: FeatureView, start: datetime, end: datetime) -> DataFrame:
+        """Feast's rule for a view that is not windowed (a batch view, a stream view without
+        aggregations, a push source's table): per key, its latest row in ``[start, end]``,
+        renamed by ``field_mapping``, a stream view's udf applied (:func:`.latest_rows`)."""
+        return latest_rows(self.repo_config, view, start, end)
 
 
 def _view_from_proto(view_bytes: bytes, stream: bool) -> FeatureView:
@@ -180,7 +196,8 @@ def _write_partition(
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """Runs on an executor: one Redis connection for the whole Spark partition, Feast's bytes
-    (its own ``online_write_batch`` where the batch writer does not cover the store or types)."""
+    (its own ``online_write_batch`` where the batch writer does not cover the store or types:
+    any network store)."""
     repo_config = dill.loads(config_bytes)
     fv = _view_from_proto(view_bytes, stream)
     rows = 0
@@ -194,13 +211,7 @@ def _write_partition(
         finally:
             writer.close()
     else:
-        online_store = PassthroughProvider(repo_config).online_store
-        value_types = {e.name: e.dtype.to_value_type() for e in fv.entity_columns}
-        for batch in batches:
-            if batch.num_rows:
-                data = _convert_arrow_to_proto(batch, fv, value_types)
-                online_store.online_write_batch(repo_config, fv, data, None)
-                rows += batch.num_rows
+        rows = sum(write_with_feast(repo_config, fv, batches))
     written.add(rows)
     partitions.add(1)
     yield pa.RecordBatch.from_pydict({"written": [rows]})
@@ -220,8 +231,11 @@ def write_online(
     source's created-timestamp column goes along when ``state`` has it (Feast's own writer
     reads it).
 
+    A store that is a local file (sqlite) is written from the driver, in Arrow batches streamed
+    a partition at a time (:mod:`.online_writer`); any other store from the executors.
+
     Progress: a bar per view counting the keys of finished Spark partitions (accumulators are
-    merged as tasks end), refreshed twice a second while the write runs.
+    merged as tasks end) or, from the driver, of written batches, refreshed twice a second.
     """
     keys = [e.name for e in view.entity_columns]
     features = [f.name for f in view.features if f.name not in keys]
@@ -229,63 +243,33 @@ def write_online(
     created = view.batch_source.created_timestamp_column
     extra = [created] if created and created in state.columns and created != ts_field else []
     rows = state.select(*keys, *features, F.col(timestamp).alias(ts_field), *extra)
+    if writes_from_driver(config):
+        return _write_from_driver(rows, view, config, tqdm_builder)
     config_bytes, view_bytes = dill.dumps(config), view.to_proto().SerializeToString()
     context = rows.sparkSession.sparkContext
     written, partitions = context.accumulator(0), context.accumulator(0)
     stream = isinstance(view, StreamFeatureView)
     writer = partial(_write_partition, config_bytes, view_bytes, stream, written, partitions)
-    address = config.online_store.connection_string
-    with _Progress(view.name, written, partitions, tqdm_builder):
+    with Progress(view.name, written, partitions, tqdm_builder):
         try:
             total = rows.mapInArrow(writer, "written long").agg(F.sum("written")).first()[0]
         except Exception as exc:
-            raise OnlineStoreWriteError(
-                f"writing {view.name!r} to the online store at {address!r} failed part-way "
-                f"({written.value:,} keys written by the partitions that finished); the interval "
-                f"is not recorded as materialized: rerun materialize once the store is back "
-                f"(rewrites are idempotent). Cause: {_cause(exc)}"
-            ) from exc
+            raise write_failed(view.name, config, written.value, exc) from exc
     return int(total or 0)
 
 
-class _Progress:
-    """A tqdm bar of keys written, fed from accumulators by a daemon thread."""
-
-    def __init__(
-        self,
-        name: str,
-        written: Accumulator,
-        partitions: Accumulator,
-        tqdm_builder: Callable[[int | None], tqdm] | None,
-    ) -> None:
-        self._written, self._partitions = written, partitions
-        self._bar = (tqdm_builder or (lambda total: tqdm(total=total, ncols=100)))(None)
-        self._bar.set_description_str(name)
-        self._bar.unit = " keys"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _refresh(self) -> None:
-        if self._written.value != self._bar.n:
-            self._bar.update(self._written.value - self._bar.n)
-            self._bar.set_postfix_str(f"{self._partitions.value} partitions done")
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.5):
-            self._refresh()
-
-    def __enter__(self) -> _Progress:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._refresh()
-        self._bar.close()
-
-
-def _cause(exc: BaseException) -> str:
-    """The worker's own error line, not Spark's wrapping of it."""
-    lines = [line for line in str(exc).splitlines() if line.strip() and "SQLSTATE" not in line]
-    return (lines[-1] if lines else repr(exc))[:500]
+def _write_from_driver(
+    rows: DataFrame,
+    view: FeatureView,
+    config: RepoConfig,
+    tqdm_builder: Callable[[int | None], tqdm] | None,
+) -> int:
+    written, batches = Tally(), Tally()
+    with Progress(view.name, written, batches, tqdm_builder, "batches written"):
+        try:
+            for n in write_with_feast(config, view, driver_batches(rows)):
+                written.add(n)
+                batches.add(1)
+        except Exception as exc:
+            raise write_failed(view.name, config, written.value, exc) from exc
+    return written.value

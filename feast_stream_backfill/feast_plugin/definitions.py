@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import fields, replace
 from datetime import timedelta
 from pathlib import Path
 
-from feast import FeatureView, StreamFeatureView
+from feast import FeatureView, FileSource, PushSource, StreamFeatureView
+from feast.data_format import DeltaFormat, ParquetFormat
+from feast.feature_view import DUMMY_ENTITY_NAME
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
+from feast_stream_backfill.feast_plugin.transformations import (
+    record_transform,
+    unsupported_udf,
+    view_udf,
+)
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import (
@@ -235,27 +242,67 @@ def _trigger(
     return EventTimeTrigger(lateness_ms) if domain == "event" else ProcessingTimeTrigger()
 
 
-def refuse_transformations(view: FeatureView) -> None:
-    """A view's udf (or a batch view's aggregations) would be silently skipped: refuse it.
+def is_windowed(view: FeatureView) -> bool:
+    """A stream view with aggregations is a Flink job over its archive; any other view follows
+    Feast's batch rule over its batch source (precomputed rows, a push source's table)."""
+    return isinstance(view, StreamFeatureView) and bool(view.aggregations)
 
-    The stream job's own computation is its windows and aggregations; a transformation of the
-    records before them is a derived Spark SQL column (:func:`derived_tags`)."""
-    kind = "stream" if isinstance(view, StreamFeatureView) else "batch"
+
+def unsupported(view: FeatureView) -> str | None:
+    """Why this plugin cannot serve the view (a sentence naming it), or None."""
+    stream = isinstance(view, StreamFeatureView)
+    where = f"{'stream' if stream else 'batch'} feature view {view.name!r}"
+    reason = _unsupported_source(view) or (
+        _unsupported_stream(view) if stream else _unsupported_batch(view)
+    )
+    return None if reason is None else f"{where} {reason}"
+
+
+def _unsupported_source(view: FeatureView) -> str | None:
+    source = view.batch_source
+    formats = (DeltaFormat,) if is_windowed(view) else (DeltaFormat, ParquetFormat)
+    if isinstance(source, FileSource) and isinstance(source.file_format, formats):
+        return None
+    kinds = "a Delta" if is_windowed(view) else "a Delta or parquet"
+    return (
+        f"has the batch source {type(source).__name__} "
+        f"{getattr(source, 'file_format', None)!r}; this plugin reads {kinds} FileSource"
+    )
+
+
+def _unsupported_batch(view: FeatureView) -> str | None:
     udf = getattr(view, "udf", None) or getattr(view, "feature_transformation", None)
-    aggregations = kind == "batch" and getattr(view, "aggregations", None)
-    if udf or aggregations:
+    if udf or getattr(view, "aggregations", None):
         what = "a udf (feature transformation)" if udf else "aggregations"
-        raise NotImplementedError(
-            f"{kind} feature view {view.name!r} has {what}, which feast-stream-backfill does not "
-            "run; declare record transformations with derived_tags() (Spark SQL columns) on a "
-            "stream feature view, or precompute a batch view's source"
+        return f"has {what}, which feast-stream-backfill does not run; precompute its source"
+    return None
+
+
+def _unsupported_stream(view: StreamFeatureView) -> str | None:
+    push = isinstance(view.stream_source, PushSource)
+    if push and view_udf(view) is not None:
+        return "has a udf on a PushSource, which Feast never applies to pushed rows"
+    if push and view.aggregations:
+        return (
+            "has aggregations over a PushSource: pushed rows have no Kafka partition and "
+            "offset, so there is no Flink job to model; aggregate them before pushing"
         )
+    if view.aggregations and view.entities == [DUMMY_ENTITY_NAME]:
+        return "has aggregations but no entities (Flink's windowAll), which is not modelled"
+    return unsupported_udf(view)
+
+
+def check_supported(views: Iterable[FeatureView]) -> None:
+    """One error naming every view this plugin cannot serve, before any is computed."""
+    reasons = [r for r in map(unsupported, views) if r]
+    if reasons:
+        raise NotImplementedError("; ".join(reasons))
 
 
 def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> StreamJob:
     """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing."""
     where = f"stream feature view {view.name!r}"
-    refuse_transformations(view)
+    check_supported([view])
     if not view.aggregations:
         raise ValueError(f"{where}: declare the window with `aggregations`")
     source, archive = view.stream_source, view.batch_source
@@ -269,12 +316,15 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     def ms(name: str, default: int = 0) -> int:
         return int(option(name + "_ms", str(default)))
 
+    partition, offset = option("partition_column", "partition"), option("offset_column", "offset")
+    timestamp = archive.timestamp_field or source.timestamp_field
     topic = ArchivedTopic(
         name=getattr(source.kafka_options, "topic", None) or source.name,
         path=resolve_path(archive.path, repo_path),
-        partition_col=option("partition_column", "partition"),
-        offset_col=option("offset_column", "offset"),
-        timestamp_col=archive.timestamp_field or source.timestamp_field,
+        partition_col=partition,
+        offset_col=offset,
+        timestamp_col=timestamp,
+        transform=record_transform(view, [partition, offset, timestamp], where),
     )
     bound = source.kafka_options.watermark_delay_threshold or timedelta(0)
     idle_timeout = ms("idle_timeout") or None

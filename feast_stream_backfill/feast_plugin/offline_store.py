@@ -7,24 +7,36 @@
       emission_log_path: data/emission_log     # Delta tables, one per feature view
       spark_conf: {spark.master: "local[*]"}   # any Spark setting; a cluster's master here
 
-``get_historical_features`` serves the plugin's stream feature views (as of ``emit_time``, from
-their emission logs) and ordinary ``FeatureView``s over Delta or parquet ``FileSource``s (as of
-event time, Feast's rule), several in one call, all by the sort-based as-of join of
+``get_historical_features`` serves the plugin's windowed stream feature views (as of
+``emit_time``, from their emission logs) and every other view over Delta or parquet
+``FileSource``s (as of event time, Feast's rule: ordinary ``FeatureView``s, stream views without
+aggregations, push sources), several in one call, all by the sort-based as-of join of
 :mod:`feast_stream_backfill.training_join`.
+
+``filter_by_created_timestamp`` asks Feast's question "what had been written by t?": only rows
+created at or before t count. A windowed view's value is always that (its ``emit_time`` is when
+the job wrote it: the online store's content at t); for a batch view the flag keeps, among the
+rows with event time and created timestamp at or before t, the latest by (event time, created),
+which is what Feast's online store held at t if each row was written when it was created.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
+from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
 from feast import FeatureView, FileSource, OnDemandFeatureView, StreamFeatureView
 from feast.data_format import DeltaFormat, ParquetFormat
-from feast.infra.offline_stores.file_source import SavedDatasetFileStorage
+from feast.errors import SavedDatasetLocationAlreadyExists
+from feast.feature_logging import LoggingConfig, LoggingSource
+from feast.feature_view import DUMMY_ENTITY_ID, DUMMY_ENTITY_VAL
+from feast.infra.offline_stores.file_source import FileLoggingDestination, SavedDatasetFileStorage
 from feast.infra.offline_stores.offline_store import (
     OfflineStore,
     RetrievalJob,
@@ -35,21 +47,26 @@ from feast.infra.registry.base_registry import BaseRegistry
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
 from feast.saved_dataset import SavedDatasetStorage
 from feast.utils import compute_non_entity_date_range
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from feast_stream_backfill.emission_store import ensure_emission_log
 from feast_stream_backfill.feast_plugin.definitions import (
-    refuse_transformations,
+    check_supported,
+    is_windowed,
     resolve_path,
     stream_job,
 )
+from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.training_join import as_of_values
 
-_ROW = "_fsb_row"
+_ROW, _VISIBLE, _LATEST = "_fsb_row", "_fsb_visible", "_fsb_latest"
+_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 
 class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
@@ -62,6 +79,19 @@ class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
 
 
 def spark_for(config: RepoConfig) -> SparkSession:
+    """The plugin's Spark session. An active session without Delta Lake is stopped first: Feast
+    starts a bare one whenever it builds a ``StreamFeatureView`` with a ``mode="spark"`` udf
+    (its ``SparkTransformation``, e.g. reading the registry in ``feast materialize``), and
+    Delta's session extension can only be set when a session starts."""
+    active = SparkSession.getActiveSession()
+    if active is not None and _DELTA_EXTENSION not in active.conf.get("spark.sql.extensions", ""):
+        warnings.warn(
+            "stopping the active Spark session: it has no Delta Lake extension (Feast starts "
+            "such a session when it loads a stream feature view with a mode='spark' udf); "
+            "feast-stream-backfill starts its own from spark_conf",
+            stacklevel=2,
+        )
+        active.stop()
     return get_spark(config.offline_store.spark_conf)
 
 
@@ -73,8 +103,7 @@ def emissions_for(config: RepoConfig, view: StreamFeatureView) -> DataFrame:
     return ensure_emission_log(spark, stream_job(view, config.repo_path), path)
 
 
-def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
-    """A Delta or parquet ``FileSource`` as Spark reads it, source column names unchanged."""
+def _file_kind(source: Any, where: str) -> str:
     if not isinstance(source, FileSource) or not isinstance(
         source.file_format, DeltaFormat | ParquetFormat
     ):
@@ -82,9 +111,51 @@ def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
             f"{where}: this store reads FileSources in Delta or parquet format, got "
             f"{type(source).__name__} {getattr(source, 'file_format', None)!r}"
         )
-    kind = "delta" if isinstance(source.file_format, DeltaFormat) else "parquet"
+    return "delta" if isinstance(source.file_format, DeltaFormat) else "parquet"
+
+
+def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
+    """A Delta or parquet ``FileSource`` as Spark reads it, source column names unchanged."""
+    kind = _file_kind(source, where)
     path = resolve_path(source.path, config.repo_path)
     return spark_for(config).read.format(kind).load(path)
+
+
+def join_keys(view: FeatureView) -> list[str]:
+    """The view's join keys as projected; Feast's ``__dummy_id`` for an entityless view."""
+    projected = view.projection.join_key_map
+    return [projected.get(e.name, e.name) for e in view.entity_columns] or [DUMMY_ENTITY_ID]
+
+
+def batch_rows(config: RepoConfig, view: FeatureView) -> DataFrame:
+    """The rows Feast's batch rule reads for a view that is not windowed: its batch source,
+    a stream view's udf applied to them as stored, renamed by ``field_mapping``; an entityless
+    view's rows get Feast's ``__dummy_id``."""
+    source = view.batch_source
+    where = f"feature view {view.name!r} (source {source.path!r})"
+    frame = read_file_source(config, source, where)
+    if isinstance(view, StreamFeatureView):
+        transform = record_transform(view, [source.timestamp_field], where)
+        frame = frame if transform is None else transform.apply(frame)
+    mapping = source.field_mapping or {}
+    frame = frame.toDF(*[mapping.get(c, c) for c in frame.columns])
+    if DUMMY_ENTITY_ID in join_keys(view) and DUMMY_ENTITY_ID not in frame.columns:
+        frame = frame.withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
+    return frame
+
+
+def latest_rows(config: RepoConfig, view: FeatureView, start: datetime, end: datetime) -> DataFrame:
+    """Feast's materialization of a view that is not windowed: per key, its latest row with
+    event time in ``[start, end]`` (the created timestamp breaks ties; null loses)."""
+    source = view.batch_source
+    return state_at(
+        batch_rows(config, view),
+        join_keys(view),
+        end,
+        start,
+        time=source.timestamp_field,
+        sequence=source.created_timestamp_column or None,
+    )
 
 
 @dataclass(frozen=True)
@@ -100,16 +171,13 @@ class _Rows:
 
 def _view_rows(config: RepoConfig, view: FeatureView, features: list[str]) -> _Rows:
     projected = view.projection.join_key_map
-    keys = [projected.get(e.name, e.name) for e in view.entity_columns]
-    if isinstance(view, StreamFeatureView):
+    keys = join_keys(view)
+    if is_windowed(view):
         frame, time, created = emissions_for(config, view), "emit_time", None
         where = f"stream feature view {view.name!r} (its emission log)"
     else:
-        refuse_transformations(view)
         source = view.batch_source
-        frame = read_file_source(config, source, f"feature view {view.name!r}")
-        mapping = source.field_mapping or {}
-        frame = frame.toDF(*[mapping.get(c, c) for c in frame.columns])
+        frame = batch_rows(config, view)
         time, created = source.timestamp_field, source.created_timestamp_column or None
         where = f"feature view {view.name!r} (source {source.path!r}, after field_mapping)"
     frame = frame.toDF(*[projected.get(c, c) for c in frame.columns])
@@ -119,7 +187,27 @@ def _view_rows(config: RepoConfig, view: FeatureView, features: list[str]) -> _R
     for column in (time, created):
         if column and not isinstance(frame.schema[column].dataType, TimestampType):
             frame = frame.withColumn(column, F.col(column).cast("timestamp"))
-    return _Rows(frame, keys, time, created, isinstance(view, StreamFeatureView))
+    return _Rows(frame, keys, time, created, is_windowed(view))
+
+
+def _created_by_then(rows: _Rows, features: list[str]) -> tuple[DataFrame, list[str]]:
+    """``filter_by_created_timestamp`` as an as-of join: a row counts from ``max(time,
+    created)`` on, and the value at t is the latest by (time, created) of the rows counting by
+    t, a running maximum in that order (peers at one instant together)."""
+    so_far = (
+        Window.partitionBy(*rows.keys)
+        .orderBy(_VISIBLE)
+        .rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    order = F.struct(rows.time, rows.created)
+    values = F.struct(F.col(rows.time).alias(_LATEST), *[F.col(f) for f in features])
+    frame = (
+        rows.frame.where(F.col(rows.created).isNotNull())
+        .withColumn(_VISIBLE, F.greatest(rows.time, rows.created))
+        .withColumn("_fsb_max", F.max_by(values, order).over(so_far))
+        .select(*rows.keys, _VISIBLE, "_fsb_max.*")
+    )
+    return frame, [*features, _LATEST]
 
 
 def _entity_frame(spark: SparkSession, entity_df: pd.DataFrame | str | DataFrame) -> DataFrame:
@@ -157,6 +245,12 @@ def _date_range_spine(views: list[_Rows], start: datetime, end: datetime, ts: st
     ]
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), spines)
     return union.distinct()
+
+
+def _spark_format(fmt: Any, where: str) -> str:
+    if not isinstance(fmt, DeltaFormat | ParquetFormat):
+        raise ValueError(f"{where} writes Delta or parquet, got {fmt!r}")
+    return "delta" if isinstance(fmt, DeltaFormat) else "parquet"
 
 
 class StreamBackfillRetrievalJob(RetrievalJob):
@@ -216,21 +310,27 @@ class StreamBackfillRetrievalJob(RetrievalJob):
         """Write the result to a ``SavedDatasetFileStorage``: a Delta table for ``DeltaFormat``
         (the natural one here: transactional, read back by this store), parquet otherwise;
         a relative path is relative to the feature repo. Without ``allow_overwrite`` an
-        existing location is an error."""
+        existing location raises Feast's ``SavedDatasetLocationAlreadyExists``."""
         if not isinstance(storage, SavedDatasetFileStorage):
             raise ValueError(
                 f"persist to a SavedDatasetFileStorage (Delta or parquet), got {type(storage)}"
             )
-        fmt = storage.file_options.file_format
-        if not isinstance(fmt, DeltaFormat | ParquetFormat):
-            raise ValueError(f"persist writes Delta or parquet, got {fmt!r}")
-        kind = "delta" if isinstance(fmt, DeltaFormat) else "parquet"
-        path = resolve_path(storage.file_options.uri, self._repo_path)
+        kind = _spark_format(storage.file_options.file_format, "persist")
+        uri = storage.file_options.uri
         mode = "overwrite" if allow_overwrite else "errorifexists"
-        self.to_spark_df().write.format(kind).mode(mode).save(path)
+        try:
+            self.to_spark_df().write.format(kind).mode(mode).save(
+                resolve_path(uri, self._repo_path)
+            )
+        except AnalysisException as exc:
+            if exc.getCondition() in ("PATH_ALREADY_EXISTS", "DELTA_PATH_EXISTS"):
+                raise SavedDatasetLocationAlreadyExists(location=uri) from exc
+            raise
 
 
 class StreamBackfillOfflineStore(OfflineStore):
+    supports_filter_by_created_timestamp = True
+
     @staticmethod
     def get_historical_features(
         config: RepoConfig,
@@ -240,14 +340,18 @@ class StreamBackfillOfflineStore(OfflineStore):
         registry: BaseRegistry,
         project: str,
         full_feature_names: bool = False,
+        filter_by_created_timestamp: bool = False,
         **kwargs: Any,
     ) -> RetrievalJob:
-        """Per entity row and view: a stream view's last emission with ``emit_time <= t``, a
-        batch view's latest row with event time ``<= t`` (Feast's rule), within the view's ttl.
+        """Per entity row and view: a windowed stream view's last emission with ``emit_time <=
+        t``, any other view's latest row with event time ``<= t`` (Feast's rule; with
+        ``filter_by_created_timestamp`` also created ``<= t``), within the view's ttl. An
+        entityless view joins on time alone (Feast's ``__dummy_id``, not in the result).
 
         Without an entity_df (``start_date``/``end_date``), the rows are every ``(key,
         instant)`` at which a requested view's value changed in the range, in time order.
         """
+        check_supported(feature_views)
         spark = spark_for(config)
         views = []
         for view in feature_views:
@@ -260,7 +364,7 @@ class StreamBackfillOfflineStore(OfflineStore):
             )
             ts = DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL
             entity = _date_range_spine([rows for *_, rows in views], start, end, ts)
-            keys = [c for c in entity.columns if c != ts]
+            keys = [c for c in entity.columns if c not in (ts, DUMMY_ENTITY_ID)]
             order, metadata = [ts, *keys], RetrievalMetadata(feature_refs, keys, start, end)
         else:
             entity = _entity_frame(spark, entity_df)
@@ -269,6 +373,9 @@ class StreamBackfillOfflineStore(OfflineStore):
                 entity = entity.withColumn(ts, F.col(ts).cast("timestamp"))
             keys = [c for c in entity.columns if c not in (ts, _ROW)]
             order, metadata = [_ROW], RetrievalMetadata(feature_refs, keys)
+        entityless = any(DUMMY_ENTITY_ID in rows.keys for *_, rows in views)
+        if entityless and DUMMY_ENTITY_ID not in entity.columns:
+            entity = entity.withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
         result = entity
         for view, prefix, wanted, rows in views:
             missing = [k for k in rows.keys if k not in entity.columns]
@@ -278,28 +385,10 @@ class StreamBackfillOfflineStore(OfflineStore):
                 )
             names = [f"{prefix}__{f}" if full_feature_names else f for f in wanted]
             ttl = view.ttl.total_seconds() if view.ttl else None
-            if rows.streaming:
-                values = as_of_values(
-                    entity, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
-                )
-            else:
-                # Feast's rule for a batch view: the latest row with timestamp <= t; among
-                # equal timestamps the latest created wins, a null created losing (Feast sorts
-                # nulls first and keeps the last): the same sort, by other columns.
-                values = as_of_values(
-                    entity,
-                    rows.frame,
-                    rows.keys,
-                    ts,
-                    wanted,
-                    emission_time=rows.time,
-                    sequence=rows.created,
-                    ttl_seconds=ttl,
-                    output_names=names,
-                )
+            values = _as_of(entity, rows, ts, wanted, names, ttl, filter_by_created_timestamp)
             result = result.join(values, on=[*rows.keys, ts], how="left")
         return StreamBackfillRetrievalJob(
-            result,
+            result.drop(DUMMY_ENTITY_ID) if entityless else result,
             full_feature_names,
             order=order,
             metadata=metadata,
@@ -323,21 +412,24 @@ class StreamBackfillOfflineStore(OfflineStore):
         end_date: datetime,
     ) -> RetrievalJob:
         """Per key, the latest row with ``start_date <= timestamp <= end_date`` (ties by the
-        created timestamp), source column names as given: what materializing a batch view
-        writes."""
+        created timestamp), source column names as given; no join keys (an entityless view):
+        the latest row, with Feast's ``__dummy_id``."""
         columns = [*join_key_columns, *feature_name_columns, timestamp_field]
         if created_timestamp_column:
             columns.append(created_timestamp_column)
         rows = read_file_source(config, data_source, f"data source {data_source.name!r}")
+        rows = rows.select(*columns).withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
+        keys = join_key_columns or [DUMMY_ENTITY_ID]
         latest = state_at(
-            rows.select(*columns),
-            join_key_columns,
+            rows,
+            keys,
             end_date,
             start_date,
             time=timestamp_field,
             sequence=created_timestamp_column,
         )
-        return StreamBackfillRetrievalJob(latest.select(*columns), False)
+        selected = columns if join_key_columns else [*columns, DUMMY_ENTITY_ID]
+        return StreamBackfillRetrievalJob(latest.select(*selected), False)
 
     @staticmethod
     def pull_all_from_table_or_query(
@@ -350,14 +442,118 @@ class StreamBackfillOfflineStore(OfflineStore):
         start_date: datetime | None = None,
         end_date: datetime | None = None,
     ) -> RetrievalJob:
-        """Every row with ``start_date <= timestamp <= end_date``; reads saved datasets back."""
+        """Every row with ``start_date <= timestamp <= end_date``; reads saved datasets and
+        feature logs back. No feature columns: every column (Feast's convention)."""
         columns = [*join_key_columns, *feature_name_columns, timestamp_field]
         if created_timestamp_column:
             columns.append(created_timestamp_column)
         rows = read_file_source(config, data_source, f"data source {data_source.name!r}")
-        rows = rows.select(*columns)
+        if feature_name_columns:
+            rows = rows.select(*columns)
         if start_date is not None:
             rows = rows.where(F.col(timestamp_field) >= F.lit(start_date))
         if end_date is not None:
             rows = rows.where(F.col(timestamp_field) <= F.lit(end_date))
         return StreamBackfillRetrievalJob(rows, False)
+
+    def get_table_column_names_and_types_from_data_source(
+        self, config: RepoConfig, data_source: Any
+    ) -> list[tuple[str, str]]:
+        """A source's columns with pyarrow type names (as Feast's ``FileSource`` gives them),
+        read through Spark: a Delta table needs no ``deltalake`` package."""
+        frame = read_file_source(config, data_source, f"data source {data_source.name!r}")
+        return [(f.name, str(f.type)) for f in to_arrow_schema(frame.schema, timezone="UTC")]
+
+    @staticmethod
+    def offline_write_batch(
+        config: RepoConfig,
+        feature_view: FeatureView,
+        table: pa.Table,
+        progress: Any,
+    ) -> None:
+        """Append ``table`` to the view's batch source (``push(to=PushMode.OFFLINE)``): one
+        Delta transaction, or new parquet files, each column cast to the table's type. Its
+        columns must be the source's (any order). Pushing the same rows again appends copies,
+        which change no value: equal rows tie and are alike."""
+        source = feature_view.batch_source
+        where = f"feature view {feature_view.name!r} (source {getattr(source, 'path', None)!r})"
+        existing = read_file_source(config, source, where)
+        missing = sorted(set(existing.columns) - set(table.column_names))
+        extra = sorted(set(table.column_names) - set(existing.columns))
+        if missing or extra:
+            raise ValueError(
+                f"{where}: the rows to write lack {missing} and have {extra} beyond the source's "
+                f"columns {existing.columns}"
+            )
+        rows = spark_for(config).createDataFrame(table)
+        rows = rows.select(*[F.col(f.name).cast(f.dataType) for f in existing.schema])
+        path = resolve_path(source.path, config.repo_path)
+        rows.write.format(_file_kind(source, where)).mode("append").save(path)
+        if progress:
+            progress(table.num_rows)
+
+    @staticmethod
+    def write_logged_features(
+        config: RepoConfig,
+        data: pa.Table | Path,
+        source: LoggingSource,
+        logging_config: LoggingConfig,
+        registry: BaseRegistry,
+    ) -> None:
+        """Append logged features to a ``FileLoggingDestination`` as parquet (partitioned by
+        its ``partition_by``), as Feast's file store does; read back by
+        ``pull_all_from_table_or_query``."""
+        destination = logging_config.destination
+        if not isinstance(destination, FileLoggingDestination):
+            raise ValueError(
+                f"feature logging writes to a FileLoggingDestination, got {type(destination)}"
+            )
+        spark = spark_for(config)
+        logs = (
+            spark.read.parquet(str(data)) if isinstance(data, Path) else spark.createDataFrame(data)
+        )
+        writer = logs.write.mode("append").partitionBy(*(destination.partition_by or []))
+        writer.parquet(resolve_path(destination.path, config.repo_path))
+
+
+def _as_of(
+    entity: DataFrame,
+    rows: _Rows,
+    ts: str,
+    wanted: list[str],
+    names: list[str],
+    ttl: float | None,
+    filter_by_created_timestamp: bool,
+) -> DataFrame:
+    """One view's values per distinct ``(keys, ts)`` of ``entity``."""
+    if rows.streaming:  # written at emit_time: created by then already
+        return as_of_values(
+            entity, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
+        )
+    if filter_by_created_timestamp and rows.created:
+        frame, carried = _created_by_then(rows, wanted)
+        values = as_of_values(
+            entity, frame, rows.keys, ts, carried, emission_time=_VISIBLE, sequence=None
+        )
+        fresh = F.lit(True)
+        if ttl:
+            fresh = F.col(_LATEST) >= F.col(ts) - F.make_interval(secs=F.lit(ttl))
+        return values.select(
+            *rows.keys,
+            ts,
+            *[F.when(fresh, F.col(f)).alias(n) for f, n in zip(wanted, names, strict=True)],
+        )
+    # Feast's rule for a batch view: the latest row with timestamp <= t; among equal
+    # timestamps the latest created wins, a null created losing (Feast sorts nulls first and
+    # keeps the last): the same sort, by other columns.
+    return as_of_values(
+        entity,
+        rows.frame,
+        rows.keys,
+        ts,
+        wanted,
+        emission_time=rows.time,
+        sequence=rows.created,
+        ttl_seconds=ttl,
+        output_names=names,
+    )
