@@ -59,27 +59,27 @@ class Position(NamedTuple):
         return cls(max_ts + 1, CLOCK, "", 0, 0)
 
 
-def position(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
-    """A position; null where ``time`` is null (no such moment, e.g. an idle partition that
-    no record wakes), so that ``isNotNull`` tells whether the moment exists."""
-    struct = F.struct(
+def _struct(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
+    return F.struct(
         time.cast("bigint").alias("time"),
         F.lit(phase).alias("phase"),
         topic.alias("topic"),
         partition.cast("int").alias("partition"),
         offset.cast("bigint").alias("offset"),
     )
-    return F.when(time.isNotNull(), struct)
 
 
 def record_position() -> Column:
     """Where a record stands: at its processing time, among that ms's records by topic,
-    partition and offset."""
-    return position(F.col(PROCESSING_TIME), RECORD, F.col(TOPIC), F.col(PARTITION), F.col(OFFSET))
+    partition and offset. Never null (a record always has a processing time), so Spark
+    compares it without null checks."""
+    return _struct(F.col(PROCESSING_TIME), RECORD, F.col(TOPIC), F.col(PARTITION), F.col(OFFSET))
 
 
 def _moment(time: Column, phase: int) -> Column:
-    return position(time, phase, F.lit(""), F.lit(0), F.lit(0))
+    """A tick or timer; null where ``time`` is null (no such moment, e.g. an idle partition
+    that no record wakes), so that ``isNotNull`` tells whether the moment exists."""
+    return F.when(time.isNotNull(), _struct(time, phase, F.lit(""), F.lit(0), F.lit(0)))
 
 
 def tick_position(time: Column) -> Column:
