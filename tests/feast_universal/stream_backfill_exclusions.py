@@ -1,15 +1,16 @@
 """Pytest plugin for the universal run: applies ``exclusions.txt`` and prints the counts.
 
-Each line of the exclusion file is ``<pattern>  # <reason>``: a pattern with ``::`` is a glob over
-test ids (the tests are deselected), one without is a test file (not even imported, e.g. one that
-needs a package ``feast[test]`` lacks). A line without a reason is an error; a pattern that matches
-nothing is reported, so stale exclusions show.
+Each line of the exclusion file is ``<pattern>  # <reason>``: a pattern with ``::`` matches test
+ids (the tests are deselected; ``*`` is the only wildcard, since ids are full of ``[]``), one
+without is a test file (not even imported, e.g. one that needs a package ``feast[test]`` lacks).
+A line without a reason is an error; a pattern that matches nothing is reported, so stale
+exclusions show.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ class Exclusion:
     @property
     def is_file(self) -> bool:
         return "::" not in self.pattern
+
+    def matches(self, nodeid: str) -> bool:
+        return re.fullmatch(re.escape(self.pattern).replace(r"\*", ".*"), nodeid) is not None
 
 
 def read_exclusions(path: Path) -> list[Exclusion]:
@@ -62,11 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, excluded = [], []
     for item in items:
         rule = next(
-            (
-                e
-                for e in config.stash[_KEY]
-                if not e.is_file and fnmatchcase(item.nodeid, e.pattern)
-            ),
+            (e for e in config.stash[_KEY] if not e.is_file and e.matches(item.nodeid)),
             None,
         )
         (kept if rule is None else excluded).append(item)
