@@ -21,6 +21,7 @@ equal to NaN; with the view's ttl on both sides when given.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -204,7 +205,7 @@ def advise(
         row = {
             "B_s": cell.bound_ms / 1000,
             "L_s": cell.lateness_ms / 1000,
-            "T_s": None if cell.idle_timeout_ms is None else cell.idle_timeout_ms / 1000,
+            "T_s": math.nan if cell.idle_timeout_ms is None else cell.idle_timeout_ms / 1000,
             "dropped": found.get("dropped", 0),
             "pending": found.get("pending", 0),
             "emissions": found.get("emissions", 0),

@@ -1,0 +1,255 @@
+"""``feast-stream-backfill`` (alias ``fsb``): explain a stream feature view's job, Feast-style.
+
+Reads the feature repo's ``feature_store.yaml`` (``--chdir``, as ``feast``), takes the view's
+job from the registry (:func:`feast_plugin.definitions.stream_job`) and runs on the offline
+store's Spark session. Subcommands: ``advise``, ``timeline``, ``report``, ``check``. Progress
+bars go to stderr; Python warnings and Feast's and Spark's logs below ERROR are silenced, so
+stdout holds the summary table alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def parse_durations(text: str, none: bool = False) -> list[int | None]:
+    """``"0,5s,1m"`` as milliseconds; ``none`` allows ``none`` (no idleness)."""
+    values: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if none and part == "none":
+            values.append(None)
+            continue
+        found = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?", part)
+        if not found:
+            raise click.BadParameter(f"{part!r} is not a duration like 0, 500ms, 5s, 1m or 2h")
+        number, unit = found.groups()
+        values.append(round(float(number) * _UNITS[unit or "s"]))
+    return values
+
+
+def parse_key(text: str, keys: list[str]) -> dict[str, str]:
+    """``u1`` for a single-key view, else ``col=value,col=value``."""
+    if "=" not in text:
+        if len(keys) != 1:
+            raise click.BadParameter(f"the view has keys {keys}: give col=value,... for each")
+        return {keys[0]: text}
+    pairs = dict(p.split("=", 1) for p in text.split(","))
+    if set(pairs) != set(keys):
+        raise click.BadParameter(f"give exactly the view's keys {keys}, got {sorted(pairs)}")
+    return pairs
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore")
+    for name in ("feast", "py4j", "pyspark"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextmanager
+def _progress(total: int, what: str) -> Iterator:
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=what, file=sys.stderr, leave=False) as bar:
+
+        def step(name: str) -> None:
+            bar.set_description(name)
+            bar.update(1)
+
+        yield step
+
+
+class Context:
+    def __init__(self, chdir: str) -> None:
+        self.repo = Path(chdir).resolve()
+
+    def load(self, view_name: str):
+        """``(store, view, prepared, spark)`` for the view."""
+        from feast import FeatureStore
+
+        from feast_stream_backfill.explain.prepared import prepare
+        from feast_stream_backfill.feast_plugin.definitions import stream_job
+        from feast_stream_backfill.feast_plugin.offline_store import spark_for
+
+        if not (self.repo / "feature_store.yaml").exists():
+            raise click.UsageError(f"no feature_store.yaml in {self.repo} (use --chdir)")
+        store = FeatureStore(repo_path=str(self.repo))
+        try:
+            view = store.get_stream_feature_view(view_name)
+        except Exception as exc:  # Feast raises its own not-found errors
+            raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
+        job = stream_job(view, store.config.repo_path)
+        spark = spark_for(store.config)
+        try:
+            prepared = prepare(spark, job)
+        except ValueError as exc:
+            raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
+        return store, view, prepared, spark
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--chdir", "-c", default=".", help="The feature repo (with feature_store.yaml).")
+@click.pass_context
+def cli(ctx: click.Context, chdir: str) -> None:
+    """Explain what a Flink job over archived Kafka records would have written, and when."""
+    _quiet()
+    ctx.obj = Context(chdir)
+
+
+def _predictions(spark, path: str | None):
+    return None if path is None else spark.read.format("delta").load(path)
+
+
+def _cells(bounds: str | None, lateness: str | None, idle: str | None, job):
+    from feast_stream_backfill.explain.advisor import grid
+
+    b = parse_durations(bounds) if bounds else [job.watermark.out_of_orderness_ms]
+    lat = parse_durations(lateness) if lateness else [job.trigger.allowed_lateness_ms]
+    t = parse_durations(idle, none=True) if idle else [job.watermark.idle_timeout_ms]
+    return grid(b, lat, t)
+
+
+PREDICTIONS = click.option(
+    "--predictions",
+    help="Delta table of prediction points (the view's keys and --prediction-time) to count "
+    "the points an event-time join gets wrong.",
+)
+
+
+@cli.command()
+@click.argument("view")
+@click.option(
+    "--B", "bounds", help="Out-of-orderness bounds B, e.g. 0,5s,30s (default: the job's)."
+)
+@click.option("--L", "lateness", help="Allowed lateness values L, e.g. 0,1m (default: the job's).")
+@click.option("--T", "idle", help="Idle timeouts T, e.g. none,1m (default: the job's).")
+@PREDICTIONS
+@click.option("--prediction-time", default="event_timestamp", show_default=True)
+@click.pass_obj
+def advise(ctx: Context, view, bounds, lateness, idle, predictions, prediction_time) -> None:
+    """Cost of each (B, L[, T]): drops, pending, emission delay, wrong prediction points."""
+    from feast_stream_backfill.explain.advisor import advise as advise_grid
+
+    with _progress(6, "reading the archive") as step:
+        store, feature_view, prepared, spark = ctx.load(view)
+        cells = _cells(bounds, lateness, idle, prepared.job)
+        step("advising")
+        ttl = feature_view.ttl.total_seconds() if feature_view.ttl else None
+        table = advise_grid(
+            prepared, cells, _predictions(spark, predictions), prediction_time, ttl, step
+        )
+        prepared.release()
+    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="-"))
+
+
+@cli.command()
+@click.argument("view")
+@click.option("--key", "key_text", required=True, help="The key: u1, or col=value,col=value.")
+@click.option("--from", "start", help="Start of the picture, processing time (ISO 8601, UTC).")
+@click.option("--to", "end", help="End of the picture, processing time (ISO 8601, UTC).")
+@click.option("--feature", help="The feature drawn below (default: the first).")
+@click.option("-o", "--output", default="timeline.png", show_default=True, help="PNG file.")
+@click.pass_obj
+def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
+    """One key's records, watermark, windows, firings and values over time (PNG)."""
+    from feast_stream_backfill.explain.timeline import draw_key_timeline, key_timeline
+
+    with _progress(2, "reading the archive") as step:
+        _, _, prepared, _ = ctx.load(view)
+        key = parse_key(key_text, list(prepared.job.keys))
+        step("computing the timeline")
+        try:
+            drawn = key_timeline(prepared, key, feature, parse_time(start), parse_time(end))
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        step("drawing")
+        draw_key_timeline(drawn).savefig(output, dpi=100)
+        prepared.release()
+    click.echo(f"{len(drawn.emissions):,} firings of {key} drawn to {output}")
+
+
+@cli.command()
+@click.argument("views", nargs=-1, required=True)
+@click.option("--B", "bounds", help="B values for the advisor (default: 0, the job's B, 30 s).")
+@click.option("--L", "lateness", help="L values for the advisor (default: 0 and 1 minute).")
+@click.option("--key", "key_text", help="Key of the timeline (default: the hottest).")
+@PREDICTIONS
+@click.option("--prediction-time", default="event_timestamp", show_default=True)
+@click.option("-o", "--output", default="report.html", show_default=True, help="HTML file.")
+@click.pass_obj
+def report(ctx: Context, views, bounds, lateness, key_text, predictions, prediction_time, output):
+    """One self-contained HTML page: advice, anomalies and pictures for each view."""
+    from feast_stream_backfill.explain.advisor import grid
+    from feast_stream_backfill.explain.report import findings, render_html, view_report
+
+    reports = []
+    for name in views:
+        with _progress(9, f"{name}: reading the archive") as step:
+            _, feature_view, prepared, spark = ctx.load(name)
+            job = prepared.job
+            b = (
+                parse_durations(bounds)
+                if bounds
+                else sorted({0, job.watermark.out_of_orderness_ms, 30_000})
+            )
+            lat = parse_durations(lateness) if lateness else [0, 60_000]
+            cells = grid(b, lat, [job.watermark.idle_timeout_ms])
+            key = parse_key(key_text, list(job.keys)) if key_text else None
+            ttl = feature_view.ttl.total_seconds() if feature_view.ttl else None
+            points = _predictions(spark, predictions)
+            made = view_report(prepared, name, cells, points, ttl, key, step)
+            prepared.release()
+        reports.append(made)
+        click.echo(f"{name}:")
+        for line in findings(made.anomalies):
+            click.echo(f"  - {line}")
+    Path(output).write_text(render_html(reports), encoding="utf-8")
+    click.echo(f"report written to {output}")
+
+
+@cli.command()
+@click.argument("view")
+@click.option("--at", "at", required=True, help="Instant materialized up to (ISO 8601, UTC).")
+@click.option("--keys", default=1000, show_default=True, help="How many keys to compare.")
+@click.pass_obj
+def check(ctx: Context, view, at, keys) -> None:
+    """Online values (Redis) against the training join at --at, for the most active keys."""
+    from feast import FeatureStore
+
+    from feast_stream_backfill.feast_plugin.consistency import compare
+
+    store = FeatureStore(repo_path=str(ctx.repo))
+    with _progress(1, "comparing online and training values") as step:
+        result = compare(store, view, parse_time(at), keys)
+        step("done")
+    click.echo(f"{result.keys_compared} keys compared")
+    for feature, count in result.items():
+        click.echo(f"{feature:<30} {count:>8,} mismatches")
+    if any(result.values()) or not result.keys_compared:
+        sys.exit(1)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()
