@@ -11,6 +11,11 @@ if ! command -v redis-server >/dev/null; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq redis-server >/dev/null
 fi
+if ! command -v chromium >/dev/null; then
+  echo "Installing chromium (Debian; headless, opens the explain report in the tests)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+fi
 command -v java >/dev/null || { echo "Java 17+ is needed by Spark" >&2; exit 1; }
 
 stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
