@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from feast import Entity, FeatureStore, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
+from feast import (
+    Entity,
+    FeatureStore,
+    Field,
+    FileSource,
+    KafkaSource,
+    PushSource,
+    RepoConfig,
+    StreamFeatureView,
+    ValueType,
+)
 from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Float64, String
@@ -20,7 +30,10 @@ from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, look
 from feast_stream_backfill.feast_plugin.apply_checks import ApplyCheckError, check_views
 
 FEAST = str(Path(sys.executable).parent / "feast")
+ENGINE = "feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine"
+OFFLINE = "feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore"
 MINUTE = timedelta(minutes=1)
+t0 = datetime(2026, 1, 1, 10, tzinfo=timezone.utc)
 
 #: A repo with three mistakes, one per view (the archive has no column ``price``).
 THREE_MISTAKES = """
@@ -96,8 +109,7 @@ def test_feast_apply_prints_every_problem_and_exits_non_zero(spark, tmp_path):
     assert done.returncode != 0
     archive = tmp_path / "data/archive"
     assert (
-        "ApplyCheckError: 3 problem(s) in the stream feature views feast-stream-backfill "
-        "backfills; the registry is unchanged:\n"
+        "ApplyCheckError: 3 problem(s) in the stream feature views of feast-stream-backfill:\n"
         "  stream feature view 'distinct': aggregation 'x': function 'count_distinct' is not "
         "supported (the model has sum, count, mean, min, max)\n"
         "  stream feature view 'late': tag stream_backfill.allowed_lateness_ms = 'ten' is not a "
@@ -137,9 +149,22 @@ def stream_view(archive: Path, name: str = "v", aggregations=None, **tags) -> St
     )
 
 
-def problems(spark, *views: StreamFeatureView) -> list[str]:
+def repo_config(tmp_path: Path, logs: str | None = None) -> RepoConfig:
+    return RepoConfig(
+        project="checks",
+        provider="local",
+        registry=str(tmp_path / "registry.db"),
+        online_store={"type": "sqlite", "path": str(tmp_path / "online.db")},
+        offline_store={"type": OFFLINE, "emission_log_path": logs or str(tmp_path / "logs")},
+        batch_engine={"type": ENGINE},
+        entity_key_serialization_version=3,
+        repo_path=tmp_path,
+    )
+
+
+def problems(config: RepoConfig, *views: StreamFeatureView) -> list[str]:
     with pytest.raises(ApplyCheckError) as error:
-        check_views(spark, views, None)
+        check_views(config, views)
     return str(error.value).splitlines()[1:]
 
 
@@ -149,6 +174,8 @@ def test_each_rule_names_its_view_and_several_problems_of_one_view_are_all_liste
     write_archive(spark, naive, "timestamp_ntz")
     tiers = ScdTable("tiers", keys=["user_id"], path=str(good))  # no valid_from, no fee_rate
     p = "stream_backfill."
+    pushed = stream_view(good, "pushed")
+    pushed.stream_source = PushSource(name="pushes", batch_source=pushed.batch_source)
     views = [
         stream_view(good, "fine"),
         stream_view(
@@ -169,8 +196,10 @@ def test_each_rule_names_its_view_and_several_problems_of_one_view_are_all_liste
         stream_view(tmp_path / "nowhere", "lost"),
         stream_view(naive, "naive"),
         stream_view(good, "enriched", **lookup_tags(Lookup(tiers, ["fee_rate"]))),
+        pushed,
     ]
-    assert problems(spark, *views) == [  # by view name
+    config = repo_config(tmp_path)
+    assert problems(config, *views) == [  # by view name
         f"  stream feature view 'enriched': state table 'tiers' ({good}): no column(s) "
         "['fee_rate', 'valid_from']; it has ['partition', 'offset', 'event_time', 'user_id', "
         "'amount']",
@@ -179,6 +208,9 @@ def test_each_rule_names_its_view_and_several_problems_of_one_view_are_all_liste
         "timestamp_ntz, not an instant (TIMESTAMP)",
         "  stream feature view 'processing': allowed lateness (1000 ms) is set but the windows "
         "are processing-time ones, which are never late (Flink ignores it)",
+        "  stream feature view 'pushed' has aggregations over a PushSource: pushed rows have no "
+        "Kafka partition and offset, so there is no Flink job to model; aggregate them before "
+        "pushing",
         "  stream feature view 'sessions': the session_gap tag makes session windows, so the "
         "time_window / slide_interval of aggregation(s) ['x'] would be ignored: declare one or "
         "the other",
@@ -188,4 +220,40 @@ def test_each_rule_names_its_view_and_several_problems_of_one_view_are_all_liste
         "model has sum, count, mean, min, max)",
         "  stream feature view 'typo': trigger must be 'default' or 'per_record', got 'sometimes'",
     ]
-    check_views(spark, [views[0]], None)  # a correct view passes
+    check_views(config, [views[0]])  # a correct view passes
+
+
+def test_teardown_removes_the_projects_emission_logs_and_no_others(tmp_path):
+    """Through Spark's Hadoop file system (a ``file://`` root, as ``s3a://`` would be)."""
+    root = tmp_path / "logs"
+    for view in ("checks/v", "checks/v_dropped", "other/w"):
+        (root / view).mkdir(parents=True)
+        (root / view / "part-0.parquet").write_bytes(b"")
+    FeatureStore(config=repo_config(tmp_path, f"file://{root}")).teardown()
+    assert sorted(p.name for p in root.iterdir()) == ["other"]
+    assert (root / "other/w/part-0.parquet").exists()
+
+
+def test_materialize_lists_the_problems_when_apply_did_not_check_them(tmp_path):
+    """The ``feast apply`` command with a sqlite store writes the registry without calling the
+    engine (Feast's plan path), as here: ``materialize`` then reports every problem first."""
+    view = stream_view(
+        tmp_path / "archive",
+        "uniq",
+        aggregations=[Aggregation(column="amount", function="count_distinct", name="u")],
+        **{"stream_backfill.operator_dely_ms": "5"},
+    )
+    store = FeatureStore(config=repo_config(tmp_path))
+    for entity in view.entities:
+        store.registry.apply_entity(
+            Entity(name=entity, join_keys=["user_id"], value_type=ValueType.STRING), "checks"
+        )
+    store.registry.apply_feature_view(view, "checks", commit=True)
+    with pytest.raises(ApplyCheckError) as error:
+        store.materialize(t0, t0 + MINUTE, ["uniq"])
+    assert str(error.value).splitlines()[1:] == [
+        "  stream feature view 'uniq': unknown tag 'stream_backfill.operator_dely_ms' (did you "
+        "mean 'stream_backfill.operator_delay_ms'?)",
+        "  stream feature view 'uniq': aggregation 'u': function 'count_distinct' is not "
+        "supported (the model has sum, count, mean, min, max)",
+    ]

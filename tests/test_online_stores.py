@@ -241,3 +241,13 @@ def test_a_store_is_named_by_its_address_without_credentials(online_store, addre
     )
     assert store_address(repo_config) == address
     assert writes_from_driver(repo_config) is from_driver
+
+
+def test_deleting_the_view_removes_its_emission_log(stores, archive):
+    """Runs last: it deletes the view the tests above materialize."""
+    logs = archive.parent / "emission_log" / "stores"
+    assert (logs / "spend_1m").is_dir() and (logs / "spend_1m_dropped").is_dir()
+    store = stores["sqlite"]
+    view = store.get_stream_feature_view("spend_1m")
+    store.apply([], objects_to_delete=[view], partial=False)
+    assert sorted(p.name for p in logs.iterdir()) == []

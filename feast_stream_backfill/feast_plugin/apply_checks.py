@@ -1,22 +1,23 @@
-"""``feast apply``'s checks of the stream feature views the plugin backfills, every problem in
-one error.
+"""``feast apply``'s checks of the plugin's stream feature views, every problem in one error.
 
 Without them a mistake in a job's declaration (a tag that does not parse, an archive without a
 column the job reads, a function the model does not have) surfaces only at materialize or
 training time, one at a time. ``StreamBackfillComputeEngine.update`` runs :func:`check_views`
-before the registry is committed. Tables are checked by their Delta schemas, read through Spark
-(the Delta log only, no data).
+before the registry is committed, and ``materialize`` again before anything is written (the
+``feast apply`` command skips the engine with a sqlite online store). Tables are checked by their
+Delta schemas, read through Spark (the Delta log only, no data).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
 from difflib import get_close_matches
 from pathlib import Path
 
 from delta.tables import DeltaTable
 from feast import StreamFeatureView
+from feast.repo_config import RepoConfig
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType, TimestampType
 
@@ -29,8 +30,12 @@ from feast_stream_backfill.feast_plugin.definitions import (
     PREFIX,
     archive_tags,
     backfill_tags,
+    is_windowed,
     stream_job,
+    unsupported,
 )
+from feast_stream_backfill.feast_plugin.offline_store import spark_for
+from feast_stream_backfill.feast_plugin.transformations import view_udf
 
 #: Every option tag :func:`stream_job` reads, with its default (none for optional ones).
 _DEFAULTS = {**backfill_tags(), **archive_tags()}
@@ -41,43 +46,44 @@ class ApplyCheckError(ValueError):
     """Stream feature views the plugin cannot backfill as declared (one line per problem)."""
 
 
-def backfilled(view: object) -> bool:
-    """A stream view whose records the plugin runs through the modelled job: one with
-    aggregations (a view without them follows Feast's batch rule)."""
-    return isinstance(view, StreamFeatureView) and bool(view.aggregations)
-
-
-def check_views(
-    spark: SparkSession, views: Iterable[StreamFeatureView], repo_path: Path | str | None
-) -> None:
-    """Raise :class:`ApplyCheckError` listing every problem of every view (by view name), if
-    any."""
-    schemas = _Schemas(spark)
-    ordered = sorted(views, key=lambda view: view.name)
-    found = [line for view in ordered for line in _problems(view, repo_path, schemas)]
+def check_views(config: RepoConfig, views: Iterable[object]) -> None:
+    """Raise :class:`ApplyCheckError` listing every problem of every stream view among
+    ``views`` (by view name), if any: a kind the plugin does not serve, and for windowed ones
+    the job's declaration and tables (Spark is started only to read those)."""
+    streams = sorted(
+        (view for view in views if isinstance(view, StreamFeatureView)), key=lambda v: v.name
+    )
+    schemas = _Schemas(lambda: spark_for(config))
+    found = [line for view in streams for line in _problems(view, config.repo_path, schemas)]
     if found:
         raise ApplyCheckError(
-            f"{len(found)} problem(s) in the stream feature views feast-stream-backfill "
-            "backfills; the registry is unchanged:\n" + "\n".join(f"  {p}" for p in found)
+            f"{len(found)} problem(s) in the stream feature views of feast-stream-backfill:\n"
+            + "\n".join(f"  {p}" for p in found)
         )
 
 
 def _problems(
     view: StreamFeatureView, repo_path: Path | str | None, schemas: _Schemas
 ) -> Iterator[str]:
+    reason = unsupported(view)
+    if reason is not None:
+        yield reason
+        return
+    if not is_windowed(view):  # Feast's batch rule over its batch source: nothing to model
+        return
     where = f"stream feature view {view.name!r}"
     source, archive = view.stream_source, view.batch_source
     tags = {**getattr(archive, "tags", {}), **getattr(source, "tags", {}), **view.tags}
     unknown = [k for k in tags if _is_unknown(k)]
     bad_ms = [k for k in tags if k in _KNOWN and k.endswith("_ms") and not tags[k].isdigit()]
-    unsupported = [a for a in view.aggregations if a.function not in FUNCTIONS]
+    not_modelled = [a for a in view.aggregations if a.function not in FUNCTIONS]
     for key in unknown:
         close = get_close_matches(key, _KNOWN, n=1)
         hint = f"did you mean {close[0]!r}?" if close else "not an option of feast-stream-backfill"
         yield f"{where}: unknown tag {key!r} ({hint})"
     for key in bad_ms:
         yield f"{where}: tag {key} = {tags[key]!r} is not a whole number of milliseconds"
-    for a in unsupported:
+    for a in not_modelled:
         yield (
             f"{where}: aggregation {a.name or a.column!r}: function {a.function!r} is not "
             f"supported (the model has {', '.join(FUNCTIONS)})"
@@ -125,7 +131,7 @@ def _table_problems(
 ) -> Iterator[str]:
     """The archive and state tables exist and have the columns the job reads. A view with a
     udf reads the archive's record columns; its other columns are the udf's business."""
-    udf = getattr(view, "udf", None) or getattr(view, "feature_transformation", None)
+    udf = view_udf(view)
     for topic in job.topics:
         label = f"{where}: archive {topic.path}"
         record = [topic.partition_col, topic.offset_col, topic.timestamp_col]
@@ -164,17 +170,16 @@ def _state_columns(
 class _Schemas:
     """Delta schemas read through Spark (the Delta log, no data), once per path."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: Callable[[], SparkSession]) -> None:
         self._spark = spark
         self._read: dict[str, StructType | None] = {}
 
     def get(self, path: str) -> StructType | None:
         """The table's schema; None when there is no Delta table at ``path``."""
         if path not in self._read:
-            exists = DeltaTable.isDeltaTable(self._spark, path)
-            self._read[path] = (
-                self._spark.read.format("delta").load(path).schema if exists else None
-            )
+            spark = self._spark()
+            exists = DeltaTable.isDeltaTable(spark, path)
+            self._read[path] = spark.read.format("delta").load(path).schema if exists else None
         return self._read[path]
 
     def missing(self, label: str, path: str, columns: Sequence[str | None]) -> Iterator[str]:

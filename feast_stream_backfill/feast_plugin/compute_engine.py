@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
-from feast_stream_backfill.feast_plugin.apply_checks import backfilled, check_views
+from feast_stream_backfill.feast_plugin.apply_checks import check_views
 from feast_stream_backfill.feast_plugin.definitions import check_supported, is_windowed
 from feast_stream_backfill.feast_plugin.emission_cleanup import (
     remove_project_logs,
@@ -48,7 +48,6 @@ from feast_stream_backfill.feast_plugin.emission_cleanup import (
 from feast_stream_backfill.feast_plugin.offline_store import (
     emissions_for,
     latest_rows,
-    spark_for,
 )
 from feast_stream_backfill.feast_plugin.online_writer import (
     Progress,
@@ -117,12 +116,10 @@ class StreamBackfillComputeEngine(ComputeEngine):
         entities_to_delete: Any,
         entities_to_keep: Any,
     ) -> None:
-        """``feast apply``: check every stream view the plugin backfills (every problem in one
-        error, before the registry is committed: :mod:`.apply_checks`), then remove the emission
-        logs of deleted stream views. Emission logs are made on first use."""
-        checked = [view for view in views_to_keep if backfilled(view)]
-        if checked:
-            check_views(spark_for(self.repo_config), checked, self.repo_config.repo_path)
+        """``feast apply``: check every stream view (every problem in one error, before the
+        registry is committed: :mod:`.apply_checks`), then remove the emission logs of deleted
+        stream views. Emission logs are made on first use."""
+        check_views(self.repo_config, views_to_keep)
         deleted = [view.name for view in views_to_delete if isinstance(view, StreamFeatureView)]
         remove_view_logs(self.repo_config, project, deleted)
 
@@ -143,9 +140,13 @@ class StreamBackfillComputeEngine(ComputeEngine):
         **kwargs: Any,
     ) -> list[MaterializationJob]:
         """Every view is checked before any is computed or written: one error names each view
-        this plugin cannot serve (:func:`.definitions.check_supported`)."""
+        this plugin cannot serve (:func:`.definitions.check_supported`), then one lists every
+        problem of the stream views, as ``feast apply`` would have (:mod:`.apply_checks`; the
+        command skips the engine with a sqlite online store)."""
         listed = [tasks] if isinstance(tasks, MaterializationTask) else tasks
-        check_supported([task.feature_view for task in listed])
+        views = [task.feature_view for task in listed]
+        check_supported(views)
+        check_views(self.repo_config, views)
         return super().materialize(registry, tasks, **kwargs)
 
     def _materialize_one(

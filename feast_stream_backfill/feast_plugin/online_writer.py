@@ -120,20 +120,20 @@ def write_with_feast(
             yield batch.num_rows
 
 
-def _as_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Each Arrow batch as one row holding its IPC stream: Arrow's types reach the driver
-    as they are, with no conversion through Python rows."""
-    for batch in batches:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as stream:
-            stream.write_batch(batch)
-        yield pa.RecordBatch.from_pydict({"batch": [sink.getvalue().to_pybytes()]})
-
-
 def driver_batches(rows: DataFrame) -> Iterator[pa.RecordBatch]:
     """``rows`` streamed to the driver as Arrow batches, one Spark partition at a time (the
     next one fetched while this one is written)."""
-    for row in rows.mapInArrow(_as_ipc, "batch binary").toLocalIterator(prefetchPartitions=True):
+
+    def as_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Each Arrow batch as one row holding its IPC stream, so Arrow's types reach the driver
+        as they are. Nested, so Spark ships it by value: the workers import pyarrow, not Feast."""
+        for batch in batches:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as stream:
+                stream.write_batch(batch)
+            yield pa.RecordBatch.from_pydict({"batch": [sink.getvalue().to_pybytes()]})
+
+    for row in rows.mapInArrow(as_ipc, "batch binary").toLocalIterator(prefetchPartitions=True):
         yield from pa.ipc.open_stream(row["batch"])
 
 
