@@ -24,6 +24,8 @@ appends u1 5 at 10:02:00 (one Delta transaction), and both are read back.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -256,3 +258,37 @@ def test_a_udf_that_drops_the_offsets_is_named(store):
         StreamBackfillOfflineStore.get_historical_features(
             store.config, [view], ["eur_spend:spend"], entity_df, store.registry, store.project
         ).to_df()
+
+
+TRAIN_IN_A_FRESH_PROCESS = """
+import sys
+import pandas as pd
+from feast import FeatureStore
+from pyspark.sql import SparkSession
+
+store = FeatureStore(repo_path=sys.argv[1])
+store.get_stream_feature_view("eur_spend")  # Feast builds its SparkTransformation
+assert SparkSession.getActiveSession() is not None, "Feast started no Spark session"
+rows = pd.DataFrame({"user_id": ["u1"], "event_timestamp": [pd.Timestamp(sys.argv[2])]})
+print(store.get_historical_features(entity_df=rows, features=["eur_spend:spend"]).to_df().spend[0])
+"""
+
+
+def test_a_spark_udf_view_works_where_feast_started_spark_without_delta(store):
+    # feast materialize's situation: loading a mode="spark" udf view, Feast starts a bare Spark
+    # session (no Delta) before the plugin asks for one.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TRAIN_IN_A_FRESH_PROCESS,
+            str(store.repo_path),
+            "2026-01-01T10:01:10Z",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "2.0"
+    assert "stopping the active Spark session: it has no Delta Lake extension" in done.stderr

@@ -22,6 +22,7 @@ which is what Feast's online store held at t if each row was written when it was
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,7 +63,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
 )
 from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.online_state import state_at
-from feast_stream_backfill.spark import get_spark
+from feast_stream_backfill.spark import DEFAULT_CONF, delta_jars, get_spark
 from feast_stream_backfill.training_join import as_of_values
 
 _ROW, _VISIBLE, _LATEST = "_fsb_row", "_fsb_visible", "_fsb_latest"
@@ -78,17 +79,33 @@ class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
     spark_conf: dict[str, str] | None = None
 
 
+def _delta_jars_at_jvm_launch() -> None:
+    """Put Delta's jars (and the default driver memory) on the command line of the first Spark
+    JVM this process launches, whoever launches it: Feast launches one, bare, whenever it builds
+    a ``StreamFeatureView`` with a ``mode="spark"`` udf (its ``SparkTransformation``; in
+    ``feast materialize``, reading the registry), before this plugin asks for a session, and a
+    JVM's classpath and heap are fixed at launch. A ``PYSPARK_SUBMIT_ARGS`` of the user's wins."""
+    jars = delta_jars()
+    if jars and "PYSPARK_SUBMIT_ARGS" not in os.environ:
+        memory = DEFAULT_CONF["spark.driver.memory"]
+        os.environ["PYSPARK_SUBMIT_ARGS"] = (
+            f"--jars {','.join(jars)} --driver-memory {memory} pyspark-shell"
+        )
+
+
+_delta_jars_at_jvm_launch()
+
+
 def spark_for(config: RepoConfig) -> SparkSession:
-    """The plugin's Spark session. An active session without Delta Lake is stopped first: Feast
-    starts a bare one whenever it builds a ``StreamFeatureView`` with a ``mode="spark"`` udf
-    (its ``SparkTransformation``, e.g. reading the registry in ``feast materialize``), and
-    Delta's session extension can only be set when a session starts."""
+    """The plugin's Spark session. An active session without Delta Lake's extension (Feast's
+    bare one, above) is stopped and a new one started in the same JVM from ``spark_conf``:
+    session extensions and the master are fixed when a session starts."""
     active = SparkSession.getActiveSession()
     if active is not None and _DELTA_EXTENSION not in active.conf.get("spark.sql.extensions", ""):
         warnings.warn(
             "stopping the active Spark session: it has no Delta Lake extension (Feast starts "
             "such a session when it loads a stream feature view with a mode='spark' udf); "
-            "feast-stream-backfill starts its own from spark_conf",
+            "feast-stream-backfill starts its own from spark_conf in the same JVM",
             stacklevel=2,
         )
         active.stop()
