@@ -19,6 +19,7 @@ Materialized over [10:00, 10:03]: u1 = 9 (2 records), u2 = 16 (1), u3 = 32 (1), 
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -39,6 +40,7 @@ from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Bytes, Float64, Int64, String
 from pyspark.sql import functions as F
+from tqdm import tqdm
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
 from feast_stream_backfill.feast_plugin.compute_engine import write_online
@@ -244,10 +246,45 @@ def test_a_store_is_named_by_its_address_without_credentials(online_store, addre
 
 
 def test_deleting_the_view_removes_its_emission_log(stores, archive):
-    """Runs last: it deletes the view the tests above materialize."""
+    """After the tests that materialize the view: it deletes it."""
     logs = archive.parent / "emission_log" / "stores"
     assert (logs / "spend_1m").is_dir() and (logs / "spend_1m_dropped").is_dir()
     store = stores["sqlite"]
     view = store.get_stream_feature_view("spend_1m")
     store.apply([], objects_to_delete=[view], partial=False)
     assert sorted(p.name for p in logs.iterdir()) == []
+
+
+def test_a_file_store_is_written_from_the_driver_in_bounded_batches_with_progress(spark, tmp_path):
+    """Three rows in one partition, at most two rows per Arrow batch: two ``online_write_batch``
+    calls, counted by the same progress bar as the executors' writes."""
+    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
+    view = FeatureView(
+        name="scores",
+        entities=[entity],
+        ttl=timedelta(hours=1),
+        schema=[Field(name="id", dtype=String), Field(name="score", dtype=Float64)],
+        source=FileSource(path="unused", timestamp_field="ts"),
+    )
+    store = FeatureStore(config=config(tmp_path, {"type": "sqlite", "path": "online.db"}))
+    store.apply([entity, view])
+    rows = spark.createDataFrame(
+        [("a", 1.0, t("10:00:00")), ("b", 2.5, t("10:00:01")), ("c", None, t("10:00:02"))],
+        "id string, score double, ts timestamp",
+    ).coalesce(1)
+    bars = []
+
+    def bar(total):
+        bars.append(tqdm(total=total, file=io.StringIO()))
+        return bars[-1]
+
+    before = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        assert write_online(rows, view, store.config, bar, timestamp="ts") == 3
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", before)
+    (progress,) = bars
+    assert (progress.n, progress.postfix) == (3, "2 batches written")
+    got = store.get_online_features(["scores:score"], [{"id": i} for i in "abc"]).to_dict()
+    assert got["score"] == [1.0, 2.5, None]

@@ -78,12 +78,8 @@ def check_online_store(config: RepoConfig, online_store: object) -> None:
     try:
         if get_client is not None:
             get_client(config.online_store).ping()
-            verb = "reach"
         elif get_conn is not None and writes_from_driver(config):
             get_conn(config)
-            verb = "open"
-        else:
-            return
     except Exception as exc:
         verb = "open" if writes_from_driver(config) else "reach"
         raise OnlineStoreWriteError(
