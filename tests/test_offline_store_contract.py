@@ -8,7 +8,8 @@
     2       10:00       10:00    10
     2       10:00       12:00    20     the same event time, re-created at noon
 
-``global_stats`` (parquet, no entities, no ttl): rides 5 at 10:00, 7 at 10:30.
+``global_stats`` (parquet written by pandas, nanosecond timestamps; no entities, no ttl): rides
+5 at 10:00, 7 at 10:30.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ batch_engine:
     ).select(
         "driver_id", stamp("at").alias("event_time"), stamp("made").alias("created"), "trips"
     ).write.format("delta").save(str(path / "data/driver_stats"))
-    spark.createDataFrame([(5, "10:00"), (7, "10:30")], "rides long, at string").select(
-        "rides", stamp("at").alias("event_time")
-    ).write.parquet(str(path / "data/global_stats"))
+    # As pandas writes parquet by default (Feast's own file sources): nanosecond timestamps.
+    (path / "data/global_stats").mkdir(parents=True)
+    pd.DataFrame({"rides": [5, 7], "event_time": [t("10:00"), t("10:30")]}).to_parquet(
+        path / "data/global_stats/part-0.parquet"
+    )
 
     driver = Entity(name="driver", join_keys=["driver_id"])
     driver_stats = FeatureView(

@@ -23,6 +23,7 @@ which is what Feast's online store held at t if each row was written when it was
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,9 @@ from typing import Any, Literal
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset
+import pyarrow.fs
+import pyarrow.parquet
 from feast import FeatureView, FileSource, OnDemandFeatureView, StreamFeatureView
 from feast.data_format import DeltaFormat, ParquetFormat
 from feast.errors import SavedDatasetLocationAlreadyExists
@@ -52,7 +56,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import TimestampNTZType, TimestampType
+from pyspark.sql.types import LongType, TimestampNTZType, TimestampType
 
 from feast_stream_backfill.emission_store import ensure_emission_log
 from feast_stream_backfill.feast_plugin.definitions import (
@@ -135,7 +139,33 @@ def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
     """A Delta or parquet ``FileSource`` as Spark reads it, source column names unchanged."""
     kind = _file_kind(source, where)
     path = resolve_path(source.path, config.repo_path)
-    return spark_for(config).read.format(kind).load(path)
+    spark = spark_for(config)
+    return (
+        _read_parquet(spark, path, where)
+        if kind == "parquet"
+        else spark.read.format(kind).load(path)
+    )
+
+
+def _read_parquet(spark: SparkSession, path: str, where: str) -> DataFrame:
+    """Parquet as pandas writes it by default has nanosecond timestamps, which Spark refuses:
+    Spark reads them as longs (``spark.sql.legacy.parquet.nanosAsLong``, which changes only
+    reads that would fail) and the columns the file footer calls nanosecond timestamps (read by
+    pyarrow, as Feast's ``FileSource`` is) become timestamps again, to the microsecond."""
+    spark.conf.set("spark.sql.legacy.parquet.nanosAsLong", "true")
+    frame = spark.read.parquet(path)
+    try:
+        footer = pyarrow.dataset.dataset(path.replace("s3a://", "s3://", 1), format="parquet")
+    except Exception as exc:
+        raise ValueError(
+            f"{where}: cannot read the parquet footer of {path!r} with pyarrow, which tells "
+            f"nanosecond timestamps (read by Spark as longs) from longs: {exc}"
+        ) from exc
+    nanos = [f.name for f in footer.schema if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
+    longs = [
+        c for c in nanos if c in frame.columns and isinstance(frame.schema[c].dataType, LongType)
+    ]
+    return frame.withColumns({c: F.timestamp_micros(F.floor(F.col(c) / 1000)) for c in longs})
 
 
 def join_keys(view: FeatureView) -> list[str]:
@@ -489,9 +519,11 @@ class StreamBackfillOfflineStore(OfflineStore):
         progress: Any,
     ) -> None:
         """Append ``table`` to the view's batch source (``push(to=PushMode.OFFLINE)``): one
-        Delta transaction, or new parquet files, each column cast to the table's type. Its
-        columns must be the source's (any order). Pushing the same rows again appends copies,
-        which change no value: equal rows tie and are alike."""
+        Delta transaction, its columns cast to the table's types, or one parquet file cast to
+        the existing files' Arrow types (written by pyarrow, as Feast's file store does: Spark
+        cannot write the nanosecond timestamps pandas writes). Its columns must be the
+        source's (any order). Pushing the same rows again appends copies, which change no
+        value: equal rows tie and are alike."""
         source = feature_view.batch_source
         where = f"feature view {feature_view.name!r} (source {getattr(source, 'path', None)!r})"
         existing = read_file_source(config, source, where)
@@ -502,10 +534,18 @@ class StreamBackfillOfflineStore(OfflineStore):
                 f"{where}: the rows to write lack {missing} and have {extra} beyond the source's "
                 f"columns {existing.columns}"
             )
-        rows = spark_for(config).createDataFrame(table)
-        rows = rows.select(*[F.col(f.name).cast(f.dataType) for f in existing.schema])
         path = resolve_path(source.path, config.repo_path)
-        rows.write.format(_file_kind(source, where)).mode("append").save(path)
+        if _file_kind(source, where) == "delta":
+            rows = spark_for(config).createDataFrame(table)
+            rows = rows.select(*[F.col(f.name).cast(f.dataType) for f in existing.schema])
+            rows.write.format("delta").mode("append").save(path)
+        else:
+            files, root = pyarrow.fs.FileSystem.from_uri(path.replace("s3a://", "s3://", 1))
+            schema = pyarrow.dataset.dataset(root, filesystem=files, format="parquet").schema
+            rows = table.select(schema.names).cast(schema.remove_metadata())
+            pyarrow.parquet.write_table(
+                rows, f"{root}/{uuid.uuid4().hex}.parquet", filesystem=files
+            )
         if progress:
             progress(table.num_rows)
 
