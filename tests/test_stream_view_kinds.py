@@ -24,6 +24,7 @@ appends u1 5 at 10:02:00 (one Delta transaction), and both are read back.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -49,6 +50,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
 from feast_stream_backfill.feast_plugin.offline_store import StreamBackfillOfflineStore
+from feast_stream_backfill.feast_plugin.transformations import view_udf
 
 ARCHIVE = [
     (0, 0, "10:00:10", "u1", 1.0, "EUR"),
@@ -292,3 +294,22 @@ def test_a_spark_udf_view_works_where_feast_started_spark_without_delta(store):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "2.0"
     assert "stopping the active Spark session: it has no Delta Lake extension" in done.stderr
+
+
+def test_a_udf_read_without_its_callable_is_rebuilt_from_its_source(spark):
+    # Feast's SQL registry and registry server read views with skip_udf=True: only the proto.
+    source = PushSource(
+        name="p", batch_source=FileSource(path="x", file_format=DeltaFormat(), timestamp_field="t")
+    )
+    declared = StreamFeatureView(
+        name="v",
+        source=source,
+        schema=[Field(name="doubled", dtype=Float64)],
+        udf=eur_doubled,
+        udf_string=inspect.getsource(eur_doubled),
+        mode="spark",
+    )
+    read = StreamFeatureView.from_proto(declared.to_proto(), skip_udf=True)
+    assert read.udf is None
+    records = spark.createDataFrame([(1.0, "EUR"), (2.0, "USD")], "amount double, currency string")
+    assert [tuple(r) for r in view_udf(read)(records).collect()] == [(1.0, "EUR", 2.0)]
