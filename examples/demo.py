@@ -4,7 +4,13 @@
 2. ``feast apply``, ``feast materialize``, ``feast materialize-incremental`` (the real CLI);
 3. read Redis back with ``get_online_features`` and check it against the emission log;
 4. build a training set with ``get_historical_features`` and count the rows a naive
-   event-time join gets wrong: the leakage the plugin prevents.
+   event-time join gets wrong: the leakage the plugin prevents;
+5. explain the job (``feast-stream-backfill report`` and ``timeline``): one HTML page with the
+   advisor's table, the anomalies and the pictures, and the hottest user's timeline. The page
+   also covers ``user_spend_5m_faulty``, the same job over a small second topic with a year-9999
+   record and a partition silent for hours (a separate topic: in the main one, the year-9999
+   record would defer a partition to year 9999 and stall the watermark, which would wreck the
+   other outputs above).
 
 Needs ``FSB_REDIS`` (host:port of a running Redis); ``scripts/demo.sh`` starts one.
 """
@@ -24,7 +30,13 @@ from feast import FeatureStore
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from examples.generate import generate_archive, generate_predictions, generate_user_tiers
+from examples.generate import (
+    generate_archive,
+    generate_faulty_archive,
+    generate_predictions,
+    generate_user_tiers,
+)
+from feast_stream_backfill import cli
 from feast_stream_backfill.emission_store import stored_metadata
 from feast_stream_backfill.feast_plugin.consistency import compare
 from feast_stream_backfill.spark import get_spark
@@ -32,6 +44,7 @@ from feast_stream_backfill.training_join import as_of_join
 
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 VIEW = "user_spend_5m"
+FAULTY_VIEW = "user_spend_5m_faulty"
 FEATURES = ["spend_5m", "transactions_5m", "mean_amount_5m", "max_amount_5m"]
 MIDDLE, END = "2026-01-01T01:00:00", "2026-01-01T02:00:00"
 
@@ -51,6 +64,64 @@ def naive_event_time_features(spark, archive: str) -> DataFrame:
         .agg(F.sum("amount").alias("spend_5m"), F.count("amount").alias("transactions_5m"))
         .select("user_id", F.col("window.end").alias("visible_at"), *FEATURES[:2])
     )
+
+
+def apply_faulty_view(store: FeatureStore) -> None:
+    """``user_spend_5m``'s job over the faulty topic, added to the registry (it is the demo's
+    own, so it stays out of ``features.py``, which tests copy)."""
+    from feast import FileSource, KafkaSource, StreamFeatureView
+    from feast.data_format import DeltaFormat, JsonFormat
+
+    from feast_stream_backfill.feast_plugin import archive_tags
+
+    spend = store.get_stream_feature_view(VIEW)
+    archive = FileSource(
+        name="transactions_faulty_archive",
+        path="data/archive/transactions_faulty",
+        file_format=DeltaFormat(),
+        timestamp_field="event_time",
+        tags=archive_tags(),
+    )
+    source = KafkaSource(
+        name="transactions_faulty",
+        topic="transactions_faulty",
+        kafka_bootstrap_servers="localhost:9092",
+        message_format=JsonFormat(
+            schema_json="user_id string, amount double, event_time timestamp"
+        ),
+        timestamp_field="event_time",
+        batch_source=archive,
+        watermark_delay_threshold=spend.stream_source.watermark_delay_threshold,
+    )
+    view = StreamFeatureView(
+        name=FAULTY_VIEW,
+        source=source,
+        entities=[store.get_entity("user")],
+        ttl=spend.ttl,
+        schema=spend.schema,
+        aggregations=spend.aggregations,
+        timestamp_field="event_time",
+        tags=spend.tags,
+    )
+    store.apply([archive, source, view])
+
+
+def explain(store: FeatureStore, predictions: str, data: Path) -> None:
+    """The report over both views and the hottest user's timeline, as the CLI writes them."""
+    apply_faulty_view(store)
+    report, timeline = data / "report.html", data / "u000000_timeline.png"
+    common = ["--chdir", str(REPO)]
+    print(f"\n$ feast-stream-backfill report {VIEW} {FAULTY_VIEW} -o {report}", flush=True)
+    cli.cli.main(
+        [*common, "report", VIEW, FAULTY_VIEW, "--predictions", predictions, "-o", str(report)],
+        standalone_mode=False,
+    )
+    print(f"$ feast-stream-backfill timeline {VIEW} --key u000000 -o {timeline}", flush=True)
+    cli.cli.main(
+        [*common, "timeline", VIEW, "--key", "u000000", "-o", str(timeline)],
+        standalone_mode=False,
+    )
+    print(f"\nreport (open in a browser): {report}\ntimeline of u000000: {timeline}")
 
 
 def main() -> None:
@@ -74,6 +145,7 @@ def main() -> None:
     generate_archive(spark, archive, n_records=args.records)
     generate_predictions(spark, predictions, archive, n_rows=args.predictions)
     generate_user_tiers(spark, str(data / "state/user_tiers"), archive)  # for user_fees_5m
+    generate_faulty_archive(spark, str(data / "archive/transactions_faulty"))
 
     feast("apply")
     feast("materialize", "2026-01-01T00:00:00", MIDDLE)
@@ -153,6 +225,7 @@ def main() -> None:
         f"enriched view user_fees_5m: {fee_log.count():,} emissions; online read of u000000: "
         f"fees_5m={fees.to_dict()['fees_5m'][0]:.2f}"
     )
+    explain(store, predictions, data)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if any(mismatches.values()):
         sys.exit("the online store disagrees with the training join")

@@ -21,6 +21,9 @@ Everything is computed by Spark from ``spark.range``: every pseudo-random number
 the sizes (not on the number of Spark partitions or executors), and nothing is built on the
 driver, whatever the size.
 
+``generate_faulty_archive`` writes a small second topic with what the explain report must name:
+a record stamped year 9999 (a broken producer clock) and a partition silent for hours.
+
 ``generate_user_tiers`` writes a state table for enrichment: an SCD type II table
 ``user_id, valid_from, valid_to, tier, fee_rate`` over the archive's users, every user with a
 tier from a day before the archive on and its later changes spread over the archive's span.
@@ -103,8 +106,10 @@ def archive_frame(
     seed: int = 7,
     start: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc),
     records_per_second: float = 200.0,
+    quiet_fraction: float = QUIET_FRACTION,
 ) -> DataFrame:
-    """The archive as a lazy DataFrame (see the module docstring), unwritten."""
+    """The archive as a lazy DataFrame (see the module docstring), unwritten; partition 3 is
+    quiet for ``quiet_fraction`` of the span."""
     if n_records < 1 or n_partitions < 1 or n_users < 1 or records_per_second <= 0:
         raise ValueError("n_records, n_partitions, n_users and records_per_second must be > 0")
     start_ms = _epoch_ms(start)
@@ -117,8 +122,8 @@ def archive_frame(
     quiet_records = n_records // n_partitions + (
         1 if QUIET_PARTITION < n_records % n_partitions else 0
     )
-    quiet_step_ms = step_ms * (1.0 - QUIET_FRACTION)
-    quiet_gap_ms = span_ms * QUIET_FRACTION
+    quiet_step_ms = step_ms * (1.0 - quiet_fraction)
+    quiet_gap_ms = span_ms * quiet_fraction
     quiet_from = quiet_records // 2
 
     df = spark.range(0, n_records, 1, _slices(spark, n_records))
@@ -183,6 +188,39 @@ def generate_archive(
     """Write the archived topic ``transactions`` to the Delta table at ``path`` (overwrite)."""
     df = archive_frame(spark, n_records, n_partitions, n_users, seed, start, records_per_second)
     _write(df, path)
+
+
+#: The faulty topic: a producer clock in year 9999 on this partition, at this share of its
+#: offsets, and partition 3 silent for this share of the span (hours, at 1 record/s).
+BROKEN_CLOCK_PARTITION, BROKEN_CLOCK_AT = 1, 0.85
+FAULTY_QUIET_FRACTION = 0.5
+YEAR_9999 = datetime(9999, 1, 1, tzinfo=timezone.utc)
+
+
+def faulty_archive_frame(spark: SparkSession, n_records: int = 20_000, seed: int = 17) -> DataFrame:
+    """A small topic with what a person should be told about: 4 partitions at 1 record/s in
+    all (about 5.6 hours), partition 3 silent for half of it, and one record of partition
+    :data:`BROKEN_CLOCK_PARTITION` stamped 9999-01-01 (a broken producer clock)."""
+    df = archive_frame(
+        spark,
+        n_records,
+        n_partitions=4,
+        n_users=500,
+        seed=seed,
+        records_per_second=1.0,
+        quiet_fraction=FAULTY_QUIET_FRACTION,
+    )
+    broken = (F.col("partition") == BROKEN_CLOCK_PARTITION) & (
+        F.col("offset") == int(n_records // 4 * BROKEN_CLOCK_AT)
+    )
+    return df.withColumn(
+        "event_time", F.when(broken, F.lit(YEAR_9999)).otherwise(F.col("event_time"))
+    )
+
+
+def generate_faulty_archive(spark: SparkSession, path: str, n_records: int = 20_000) -> None:
+    """Write :func:`faulty_archive_frame` to the Delta table at ``path`` (overwrite)."""
+    _write(faulty_archive_frame(spark, n_records), path)
 
 
 def generate_predictions(

@@ -10,8 +10,10 @@ stdout holds the summary table alone.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,10 +60,29 @@ def parse_time(text: str | None) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
+#: Spark's JVM logs errors only (its default profile also prints WARN and a banner).
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
 def _quiet() -> None:
+    """Warnings and logs below ERROR off: Python's, Feast's and, for a Spark JVM this process
+    starts, log4j's (through ``SPARK_SUBMIT_OPTS``, unless it already names a configuration)."""
     warnings.filterwarnings("ignore")
     for name in ("feast", "py4j", "pyspark"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" not in options:
+        quiet = Path(tempfile.gettempdir()) / "feast-stream-backfill-log4j2.properties"
+        quiet.write_text(_LOG4J)
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -Dlog4j2.configurationFile={quiet}".strip()
 
 
 @contextmanager

@@ -100,7 +100,7 @@ records = st.lists(
 )
 
 
-@settings(max_examples=3, deadline=None, derandomize=True)
+@settings(max_examples=2, deadline=None, derandomize=True)
 @given(
     rows=records,
     base=st.sampled_from([0, REALISTIC]),

@@ -20,8 +20,9 @@ def test_year_9999_record_far_behind_silences_duplicates_null_keys(spark):
     # times, so its records from the year-9999 one on are read in year 9999: until then
     # partition 0 holds the MIN watermark at 1.999 s. Then the watermark jumps to partition 1's
     # 26.999 s: [0, 10) and [10, 20) fire, and partition 0's records at 3 s and 4 s, read after
-    # it, are dropped. Without the record nothing fires (partition 0 stops at 4 s): 0 dropped
-    # and all 11 (record, window) pairs pending, against 2 dropped and 4 pending with it.
+    # it, are dropped. Without the record (they are then read at 3 s and 4 s) nothing fires,
+    # as partition 0 stops at 4 s: 0 dropped and all 11 (record, window) pairs pending,
+    # against 2 dropped and 4 pending with it.
     rows = [
         (0, 0, 1_000, "u1", 1.0),
         (0, 1, 2_000, "u1", 1.0),
@@ -53,7 +54,9 @@ def test_year_9999_record_far_behind_silences_duplicates_null_keys(spark):
         ("t/0", 2, "ahead"),
         ("t/1", 4, "behind"),
     ]
+    # The 6 pairs that fire, fire in year 9999: after the archive without it ends (at 28 s).
     assert (far[0]["drops_caused"], far[0]["pending_caused"]) == (2, 4 - 11)
+    assert far[0]["fired_after_end_caused"] == 6
     assert far[0]["event_time"] == "9999-01-01 00:00:00.000"
     assert pd.isna(far[1]["drops_caused"])
     silent = found.silent.to_dict("records")

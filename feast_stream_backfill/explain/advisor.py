@@ -178,8 +178,11 @@ def advise(
     classified, cached = _classified(prepared, cells)
     top = max(cells, key=lambda c: c.lateness_ms)  # its trigger fires late records, if any
     trigger = with_settings(job, top.bound_ms, top.lateness_ms, top.idle_timeout_ms).trigger
-    fired = firings(classified, trigger, [CELL, *job.keys], job.aggregations, True)
-    emissions = emission_log(fired, [CELL, *job.keys], job.features, job.operator_delay_ms)
+    # Values only matter for the wrong points; counts and delays need the firings alone.
+    aggregations = job.aggregations if predictions is not None else []
+    features = [a.name for a in aggregations]
+    fired = firings(classified, trigger, [CELL, *job.keys], aggregations, True)
+    emissions = emission_log(fired, [CELL, *job.keys], features, job.operator_delay_ms)
     emissions = emissions.persist(StorageLevel.MEMORY_AND_DISK)
     progress("records dropped and pending")
     counted = classified.groupBy(CELL).agg(

@@ -5,9 +5,11 @@
   than ``far_ms`` below both. The neighbours stand for the partition's clock, not the inferred
   processing time: that is the running maximum of event times, which a broken producer clock
   (year 9999) drags along for every later record of its partition. For the ``top`` records
-  furthest ahead, the drops (and pending records) each *caused*: how many more (record,
-  window) pairs the job drops (leaves pending) with it than without it, both judged by the
-  core (one watermark sweep and classification per record, not a backfill).
+  furthest ahead, their *effect*: the job against the same archive without the record
+  (processing times inferred again, as a broken clock also moved its partition's later
+  records; then the core's sweep and classification, not a whole backfill): how many more
+  (record, window) pairs are dropped, left pending, and fired after the last processing time
+  of the archive without it (in year 9999, say).
 - **Partitions holding the watermark back**: at the sampled moments of :mod:`samples`, the
   partition with the MIN watermark while the next lowest is more than ``hold_ms`` (default:
   the window size) above it; how long in all, and its longest stretch.
@@ -29,15 +31,17 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.columns import (
     EVENT_TIME,
+    FIRE_POSITION,
     OFFSET,
     PARTITION,
+    POSITION,
     PROCESSING_TIME,
     STATUS,
     TOPIC,
 )
-from feast_stream_backfill.explain.prepared import Prepared
+from feast_stream_backfill.explain.prepared import Prepared, without
 from feast_stream_backfill.explain.samples import WatermarkSamples
-from feast_stream_backfill.triggers import DROPPED, PENDING
+from feast_stream_backfill.triggers import DROPPED, LATE, ON_TIME, PENDING, PER_RECORD
 from feast_stream_backfill.watermarks import watermark_reaches
 from feast_stream_backfill.window_operator import classify, watermark_targets
 
@@ -91,22 +95,26 @@ def far_records(prepared: Prepared, far_ms: int) -> DataFrame:
     ).where(F.col("direction").isNotNull())
 
 
-def _judged_counts(prepared: Prepared, without: Column | None = None) -> tuple[int, int]:
-    """Dropped and pending (record, window) pairs under the job's own settings."""
+def _judged_counts(prepared: Prepared, end_ms: int) -> tuple[int, int, int]:
+    """Dropped and pending (record, window) pairs under the job's own settings, and the pairs
+    fired (on time, late or per record) after ``end_ms``."""
     job = prepared.job
-    distinct, windowed = prepared.distinct, prepared.windowed
-    if without is not None:
-        distinct, windowed = distinct.where(~without), windowed.where(~without)
-    reaches = watermark_reaches(distinct, watermark_targets(windowed, job.trigger), job.watermark)
+    targets = watermark_targets(prepared.windowed, job.trigger)
+    reaches = watermark_reaches(prepared.distinct, targets, job.watermark)
+    status = F.col(STATUS)
+    fired_at = F.when(status == ON_TIME, F.col(FIRE_POSITION)["time"]).when(
+        status.isin(LATE, PER_RECORD), F.col(POSITION)["time"]
+    )
     row = (
-        classify(windowed, job.trigger, reaches)
+        classify(prepared.windowed, job.trigger, reaches)
         .agg(
-            F.sum((F.col(STATUS) == DROPPED).cast("long")).alias("dropped"),
-            F.sum((F.col(STATUS) == PENDING).cast("long")).alias("pending"),
+            F.sum((status == DROPPED).cast("long")).alias("dropped"),
+            F.sum((status == PENDING).cast("long")).alias("pending"),
+            F.sum(F.coalesce(fired_at > end_ms, F.lit(False)).cast("long")).alias("after"),
         )
         .first()
     )
-    return row["dropped"] or 0, row["pending"] or 0
+    return row["dropped"] or 0, row["pending"] or 0, row["after"] or 0
 
 
 def _record(topic: str, partition: int, offset: int) -> Column:
@@ -175,16 +183,15 @@ def anomalies(
     counts = {r["direction"]: r["count"] for r in far.groupBy("direction").count().collect()}
     listed = far.orderBy(F.desc("_by")).limit(20).toPandas()
     far.unpersist()
-    caused_dropped, caused_pending = [], []
-    baseline = _judged_counts(prepared) if (listed["direction"] == "ahead").any() else (0, 0)
+    caused: list[tuple[int, int, int] | tuple[None, None, None]] = []
     for rank, r in enumerate(listed.to_dict("records")):
         if r["direction"] != "ahead" or rank >= top:
-            caused_dropped.append(None)
-            caused_pending.append(None)
+            caused.append((None, None, None))
             continue
-        dropped, pending = _judged_counts(prepared, _record(r[TOPIC], r[PARTITION], r[OFFSET]))
-        caused_dropped.append(baseline[0] - dropped)
-        caused_pending.append(baseline[1] - pending)
+        other = without(prepared, _record(r[TOPIC], r[PARTITION], r[OFFSET]))
+        end = other.distinct.agg(F.max(PROCESSING_TIME)).first()[0]
+        with_it, without_it = _judged_counts(prepared, end), _judged_counts(other, end)
+        caused.append(tuple(w - o for w, o in zip(with_it, without_it, strict=True)))
     table = pd.DataFrame(
         {
             "partition": [
@@ -194,8 +201,9 @@ def anomalies(
             "direction": listed["direction"],
             "event_time": [iso(ms) for ms in listed[EVENT_TIME]],
             "neighbours_hours": listed["_by"] / 3_600_000,
-            "drops_caused": caused_dropped,
-            "pending_caused": caused_pending,
+            "drops_caused": [c[0] for c in caused],
+            "pending_caused": [c[1] for c in caused],
+            "fired_after_end_caused": [c[2] for c in caused],
         }
     )
     key_null = F.lit(False)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.backfill import StreamJob
@@ -100,16 +100,29 @@ def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
         ],
     )
     timed = with_processing_time(records, job.processing_time)
-    distinct = (
-        timed.where(~F.col(DUPLICATE))
-        .withColumn(POSITION, record_position())
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    kept = enrich(distinct, job.lookups, job.derived) if job.lookups or job.derived else distinct
-    windowed = job.window.assign(kept).persist(StorageLevel.MEMORY_AND_DISK)
+    distinct, windowed = _stages(job, timed)
+    distinct.persist(StorageLevel.MEMORY_AND_DISK)
+    windowed.persist(StorageLevel.MEMORY_AND_DISK)
     row = timed.agg(
         F.count(F.lit(1)).alias("records_read"),
         F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
     ).first()
     counts = {"records_read": row["records_read"], "duplicates_removed": row["duplicates_removed"]}
     return Prepared(job, distinct, windowed, counts)
+
+
+def _stages(job: StreamJob, timed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+    kept = enrich(distinct, job.lookups, job.derived) if job.lookups or job.derived else distinct
+    return distinct, job.window.assign(kept)
+
+
+def without(prepared: Prepared, removed: Column) -> Prepared:
+    """The same job over the archive less the records matching ``removed``, processing times
+    inferred again (a broken record also moved its partition's later ones); not kept."""
+    job = prepared.job
+    records = prepared.distinct.where(~removed).select(
+        TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns
+    )
+    distinct, windowed = _stages(job, with_processing_time(records, job.processing_time))
+    return Prepared(job, distinct, windowed, prepared.counts)

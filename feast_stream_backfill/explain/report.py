@@ -84,10 +84,11 @@ def findings(found: Anomalies) -> list[str]:
         lines.append(
             f"Partition {r['partition']} offset {r['offset']}: event time {r['event_time']}, "
             f"{r['neighbours_hours']:,.1f} h ahead of its neighbours (a broken producer clock?). "
-            f"Its partition's watermark jumps there, and processing times inferred from event "
-            f"times put its partition's later records after it. Without it the job would drop "
-            f"{int(r['drops_caused']):,} fewer (record, window) pairs, and leave "
-            f"{-int(r['pending_caused']):,} more pending."
+            "Processing times are inferred from event times, so its partition's later records "
+            "are read after it, and its partition holds the watermark back until then. Its "
+            f"effect, against the same archive without it: {int(r['drops_caused']):+,} dropped, "
+            f"{int(r['pending_caused']):+,} pending, {int(r['fired_after_end_caused']):+,} "
+            "(record, window) pairs fired only after the archive's last normal instant."
         )
     behind = found.far_counts["behind"]
     if behind:

@@ -245,8 +245,8 @@ def draw_key_timeline(timeline: KeyTimeline) -> Figure:
         )
     if len(timeline.watermark):
         top.step(
-            _dates(timeline.watermark["t"]),
-            _dates(timeline.watermark["w"]),
+            _dates([*timeline.watermark["t"], timeline.hi]),
+            _dates([*timeline.watermark["w"], timeline.watermark["w"].iloc[-1]]),
             where="post",
             color="black",
             linewidth=1,
