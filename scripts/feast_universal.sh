@@ -21,13 +21,15 @@ venv=$repo/.venv-feast-universal
 
 bash scripts/setup.sh   # redis-server, Java check, Delta's jars (jars/lib)
 
-src=$work/$(echo "$FEAST_REF" | tr -c 'A-Za-z0-9._\n-' _)
+ref=$FEAST_REF   # a local repository's ref is cached by its commit, so a moved branch refetches
+[ -d "$FEAST_GIT" ] && ref=$(git -C "$FEAST_GIT" rev-parse "$FEAST_REF^{commit}")
+src=$work/$(echo "$ref" | tr -c 'A-Za-z0-9._\n-' _)
 if [ ! -f "$src/.complete" ]; then
   echo "Fetching Feast's tests at $FEAST_REF from $FEAST_GIT"
   rm -rf "$src"; mkdir -p "$src"
   if [ -d "$FEAST_GIT" ]; then
-    git -C "$FEAST_GIT" archive "$FEAST_REF" sdk/python/tests sdk/python/pytest.ini | tar -x -C "$src"
-    git -C "$FEAST_GIT" rev-parse "$FEAST_REF^{commit}" > "$src/.commit"
+    git -C "$FEAST_GIT" archive "$ref" sdk/python/tests sdk/python/pytest.ini | tar -x -C "$src"
+    echo "$ref" > "$src/.commit"
   else
     git clone -q --depth 1 --branch "$FEAST_REF" --filter=blob:none --sparse "$FEAST_GIT" "$src/clone"
     git -C "$src/clone" sparse-checkout set sdk/python/tests
