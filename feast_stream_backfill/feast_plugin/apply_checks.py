@@ -37,7 +37,8 @@ from feast_stream_backfill.feast_plugin.definitions import (
 from feast_stream_backfill.feast_plugin.offline_store import spark_for
 from feast_stream_backfill.feast_plugin.transformations import view_udf
 
-#: Every option tag :func:`stream_job` reads, with its default (none for optional ones).
+#: The option tags :func:`stream_job` reads with a default, and all it reads (with the optional
+#: idle timeout and session gap).
 _DEFAULTS = {**backfill_tags(), **archive_tags()}
 _KNOWN = {*_DEFAULTS, *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1))}
 

@@ -23,6 +23,7 @@ from feast import FeatureView
 from feast.infra.passthrough_provider import PassthroughProvider
 from feast.repo_config import RepoConfig
 from feast.utils import _convert_arrow_to_proto
+from pyspark.accumulators import Accumulator
 from pyspark.sql import DataFrame
 from tqdm import tqdm
 
@@ -150,8 +151,8 @@ class Progress:
     def __init__(
         self,
         name: str,
-        written: Tally,
-        parts: Tally,
+        written: Tally | Accumulator,
+        parts: Tally | Accumulator,
         tqdm_builder: Callable[[int | None], tqdm] | None,
         parts_name: str = "partitions done",
     ) -> None:
