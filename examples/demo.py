@@ -91,7 +91,7 @@ def apply_faulty_view(store: FeatureStore) -> None:
         ),
         timestamp_field="event_time",
         batch_source=archive,
-        watermark_delay_threshold=spend.stream_source.watermark_delay_threshold,
+        watermark_delay_threshold=spend.stream_source.kafka_options.watermark_delay_threshold,
     )
     view = StreamFeatureView(
         name=FAULTY_VIEW,

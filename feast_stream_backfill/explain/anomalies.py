@@ -122,12 +122,15 @@ def _record(topic: str, partition: int, offset: int) -> Column:
 
 
 def holding_back(samples: WatermarkSamples, hold_ms: int) -> pd.DataFrame:
-    """Per partition: how long it held the MIN more than ``hold_ms`` below the next lowest."""
+    """Per partition: how long it held the MIN more than ``hold_ms`` below the next lowest;
+    partitions that did so for less than ``hold_ms`` in all are left out (noise)."""
     frame = samples.frame
     held = frame["watermark"].isna() | (frame["runner_up"] - frame["watermark"] > hold_ms)
     held &= frame["runner_up"].notna() | frame["watermark"].isna()
     rows = []
     for holder, moments in frame[held].groupby("holder"):
+        if len(moments) * samples.step_ms < hold_ms:
+            continue
         index = moments.index.to_numpy()
         stretches = (pd.Series(index).diff() != 1).cumsum()
         longest = moments.groupby(stretches.to_numpy())["t"].agg(["min", "max", "count"])
