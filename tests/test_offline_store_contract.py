@@ -8,8 +8,9 @@
     2       10:00       10:00    10
     2       10:00       12:00    20     the same event time, re-created at noon
 
-``global_stats`` (parquet written by pandas, nanosecond timestamps; no entities, no ttl): rides
-5 at 10:00, 7 at 10:30.
+``global_stats`` (a parquet directory written by pandas, nanosecond timestamps; no entities, no
+ttl): rides 5 at 10:00, 7 at 10:30. ``global_fares`` (one parquet file, likewise): fare 1.5 at
+10:00.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from feast.data_format import DeltaFormat, ParquetFormat
 from feast.errors import SavedDatasetLocationAlreadyExists
 from feast.feature_logging import LoggingConfig
 from feast.infra.offline_stores.file_source import FileLoggingDestination, SavedDatasetFileStorage
-from feast.types import Int64
+from feast.types import Float64, Int64
 from pyspark.sql import functions as F
 
 
@@ -63,6 +64,9 @@ batch_engine:
     pd.DataFrame({"rides": [5, 7], "event_time": [t("10:00"), t("10:30")]}).to_parquet(
         path / "data/global_stats/part-0.parquet"
     )
+    pd.DataFrame({"fare": [1.5], "event_time": [t("10:00")]}).to_parquet(
+        path / "data/global_fares.parquet"
+    )
 
     driver = Entity(name="driver", join_keys=["driver_id"])
     driver_stats = FeatureView(
@@ -90,13 +94,24 @@ batch_engine:
             timestamp_field="event_time",
         ),
     )
+    global_fares = FeatureView(
+        name="global_fares",
+        entities=[],
+        schema=[Field(name="fare", dtype=Float64)],
+        source=FileSource(
+            name="global_fares_source",
+            path="data/global_fares.parquet",
+            file_format=ParquetFormat(),
+            timestamp_field="event_time",
+        ),
+    )
     logged = FeatureService(
         name="logged",
         features=[driver_stats],
         logging_config=LoggingConfig(destination=FileLoggingDestination(path="data/logs")),
     )
     feature_store = FeatureStore(repo_path=str(path))
-    feature_store.apply([driver, driver_stats, global_stats, logged])
+    feature_store.apply([driver, driver_stats, global_stats, global_fares, logged])
     return feature_store
 
 
@@ -149,12 +164,18 @@ def test_persist_raises_feasts_error_on_an_existing_location(store, tmp_path):
         job.persist(storage, allow_overwrite=True)
 
 
-def test_offline_writes_append_to_a_parquet_source(store):
+def test_offline_writes_append_to_parquet_directories_and_single_files(store):
     store.write_to_offline_store(
         "global_stats", pd.DataFrame({"rides": [9], "event_time": [t("11:00")]})
     )
-    df = training(store, [(1, "10:59"), (1, "11:00")], ["global_stats:rides"])
+    store.write_to_offline_store(
+        "global_fares", pd.DataFrame({"fare": [2.5], "event_time": [t("11:00")]})
+    )
+    assert (store.repo_path / "data/global_fares.parquet").is_file()
+    features = ["global_stats:rides", "global_fares:fare"]
+    df = training(store, [(1, "10:59"), (1, "11:00")], features)
     assert column(df, "rides") == [7, 9]
+    assert column(df, "fare") == [1.5, 2.5]
 
 
 def test_logged_features_are_appended_to_the_file_destination(store, spark):

@@ -519,9 +519,9 @@ class StreamBackfillOfflineStore(OfflineStore):
         progress: Any,
     ) -> None:
         """Append ``table`` to the view's batch source (``push(to=PushMode.OFFLINE)``): one
-        Delta transaction, its columns cast to the table's types, or one parquet file cast to
-        the existing files' Arrow types (written by pyarrow, as Feast's file store does: Spark
-        cannot write the nanosecond timestamps pandas writes). Its columns must be the
+        Delta transaction, its columns cast to the table's types, or parquet in the existing
+        files' Arrow types, written by pyarrow as Feast's file store does (Spark cannot write
+        the nanosecond timestamps pandas writes; :func:`_append_parquet`). Its columns must be the
         source's (any order). Pushing the same rows again appends copies, which change no
         value: equal rows tie and are alike."""
         source = feature_view.batch_source
@@ -540,12 +540,7 @@ class StreamBackfillOfflineStore(OfflineStore):
             rows = rows.select(*[F.col(f.name).cast(f.dataType) for f in existing.schema])
             rows.write.format("delta").mode("append").save(path)
         else:
-            files, root = pyarrow.fs.FileSystem.from_uri(path.replace("s3a://", "s3://", 1))
-            schema = pyarrow.dataset.dataset(root, filesystem=files, format="parquet").schema
-            rows = table.select(schema.names).cast(schema.remove_metadata())
-            pyarrow.parquet.write_table(
-                rows, f"{root}/{uuid.uuid4().hex}.parquet", filesystem=files
-            )
+            _append_parquet(path, table)
         if progress:
             progress(table.num_rows)
 
@@ -571,6 +566,23 @@ class StreamBackfillOfflineStore(OfflineStore):
         )
         writer = logs.write.mode("append").partitionBy(*(destination.partition_by or []))
         writer.parquet(resolve_path(destination.path, config.repo_path))
+
+
+def _append_parquet(path: str, table: pa.Table) -> None:
+    """One new file in a directory source; a single-file source (Feast's own, ``feast init``'s)
+    is rewritten with the old and new rows, as Feast's file store does, through a temporary
+    file moved over it."""
+    files, root = pyarrow.fs.FileSystem.from_uri(path.replace("s3a://", "s3://", 1))
+    dataset = pyarrow.dataset.dataset(root, filesystem=files, format="parquet")
+    schema = dataset.schema.remove_metadata()
+    rows = table.select(schema.names).cast(schema)
+    if files.get_file_info(root).type != pyarrow.fs.FileType.File:
+        pyarrow.parquet.write_table(rows, f"{root}/{uuid.uuid4().hex}.parquet", filesystem=files)
+        return
+    old = dataset.to_table().replace_schema_metadata(None)
+    temporary = f"{root}.{uuid.uuid4().hex}.tmp"
+    pyarrow.parquet.write_table(pa.concat_tables([old, rows]), temporary, filesystem=files)
+    files.move(temporary, root)
 
 
 def _as_of(
