@@ -107,6 +107,8 @@ class Context:
         from feast import FeatureStore
 
         from feast_stream_backfill.explain.prepared import prepare
+
+        warnings.filterwarnings("ignore")  # again: importing Feast adds its own filters
         from feast_stream_backfill.feast_plugin.definitions import stream_job
         from feast_stream_backfill.feast_plugin.offline_store import spark_for
 
