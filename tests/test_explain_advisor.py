@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
+    BadArchiveError,
     EventTimeTrigger,
     PerRecordTrigger,
     SessionWindows,
@@ -79,7 +80,7 @@ def test_hand_computed_grid(spark):
     assert [(r["points"], r["wrong"]) for r in rows] == [(2, 1), (2, 0), (2, 1), (2, 1)]
 
 
-def test_refuses_sessions_and_per_topic_bounds(spark):
+def test_refuses_sessions_per_topic_bounds_and_conflicts(spark):
     df = archive(spark, [(0, 0, 1_000, "u1", 1.0)])
     with pytest.raises(ValueError, match="session windows are not supported"):
         prepare(spark, job_of(df, SessionWindows(1_000)))
@@ -89,6 +90,9 @@ def test_refuses_sessions_and_per_topic_bounds(spark):
         prepare(spark, job)
     with pytest.raises(ValueError, match="B and L must be >= 0"):
         grid([-1], [0])
+    twice = archive(spark, [(0, 0, 1_000, "u1", 1.0), (0, 0, 1_000, "u1", 2.0)])
+    with pytest.raises(BadArchiveError, match="1 record\\(s\\) archived twice with different"):
+        prepare(spark, job_of(twice))
 
 
 REALISTIC = 1_767_571_200_000

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.columns import (
+    CONFLICT,
     DUPLICATE,
     EVENT_TIME,
     OFFSET,
@@ -26,6 +27,7 @@ from feast_stream_backfill.columns import (
     TOPIC,
 )
 from feast_stream_backfill.enrichment import enrich
+from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.processing_time import with_processing_time
 from feast_stream_backfill.records import read_records
@@ -106,7 +108,13 @@ def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
     row = timed.agg(
         F.count(F.lit(1)).alias("records_read"),
         F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
+        F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
     ).first()
+    if row["conflicts"]:  # as backfill() refuses them
+        raise BadArchiveError(
+            f"{row['conflicts']} record(s) archived twice with different content; "
+            "refusing to pick one (the backfill names the first)"
+        )
     counts = {"records_read": row["records_read"], "duplicates_removed": row["duplicates_removed"]}
     return Prepared(job, distinct, windowed, counts)
 
