@@ -26,6 +26,7 @@ appends u1 5 at 10:02:00 (one Delta transaction), and both are read back.
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -290,6 +291,10 @@ print(store.get_historical_features(entity_df=rows, features=["eur_spend:spend"]
 """
 
 
+@pytest.mark.skipif(
+    not os.environ.get("FSB_FRESH_PROCESS_TESTS"),
+    reason="starts a Spark JVM of its own (about 60 s): FSB_FRESH_PROCESS_TESTS=1 runs it",
+)
 def test_a_spark_udf_view_works_where_feast_started_spark_without_delta(store):
     # feast materialize's situation: loading a mode="spark" udf view, Feast starts a bare Spark
     # session (no Delta) before the plugin asks for one.
