@@ -266,7 +266,9 @@ def _windows(ax, timeline: KeyTimeline) -> None:
     last_emit = timeline.emissions.groupby("window_start")["emit_time"].max()
     spans = []
     for w in timeline.windows.itertuples():
-        x1 = last_emit.get(w.start, timeline.hi)
+        # To its last firing; a pending window to the edge; one whose records were all
+        # dropped has no state to keep (Flink never created it): a sliver.
+        x1 = last_emit.get(w.start, timeline.hi if w.pending else w.first_pt)
         x0, x1 = mdates.date2num(_dates([w.first_pt, max(x1, w.first_pt + 1)]))
         y0, y1 = mdates.date2num(_dates([w.start, w.end]))
         spans.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
