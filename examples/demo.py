@@ -124,6 +124,14 @@ def explain(store: FeatureStore, predictions: str, data: Path) -> None:
     print(f"\nreport (open in a browser): {report}\ntimeline of u000000: {timeline}")
 
 
+def same_value(a, b):
+    """Equal within 1e-9 relative, or both null: the two sums add the same amounts in another
+    order, and exact equality counted their rounding as wrong points (4,174 of 20,000 at 200k
+    records, against 1,661 that differ by more than 1e-6)."""
+    close = F.abs(a - b) <= F.lit(1e-9) * F.greatest(F.abs(a), F.abs(b)) + F.lit(1e-9)
+    return a.eqNullSafe(b) | F.coalesce(close, F.lit(False))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -186,7 +194,7 @@ def main() -> None:
     summary = compared.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.col("spend_5m").isNotNull().cast("int")).alias("with_value"),
-        F.sum((~F.col("spend_5m").eqNullSafe(F.col("naive_spend"))).cast("int")).alias("differ"),
+        F.sum((~same_value(F.col("spend_5m"), F.col("naive_spend"))).cast("int")).alias("differ"),
         F.sum((F.col("spend_5m").isNull() & F.col("naive_spend").isNotNull()).cast("int")).alias(
             "naive_sees_unwritten"
         ),
