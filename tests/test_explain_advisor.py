@@ -112,7 +112,7 @@ records = st.lists(
     emission=st.sampled_from(["on_event", "periodic"]),
     per_record=st.booleans(),
     bound=st.integers(1, 8_000),
-    lateness=st.integers(1, 15_000),
+    lateness=st.integers(0, 15_000),
     idle=st.sampled_from([None, 3_000]),
 )
 def test_each_cell_equals_its_own_backfill(
@@ -145,7 +145,7 @@ def test_each_cell_equals_its_own_backfill(
             watermark=job.watermark,
         )
     points = predictions(spark, [(u, base + et) for _, et, u in rows[:6]] + [("u1", base + 60_000)])
-    cells = grid([0, bound], [0, lateness], [idle])
+    cells = grid([0, bound], [lateness], [idle])  # 2 cells: 2 backfills to compare with
     prepared = prepare(spark, job)
     table = advise(prepared, cells, points).to_dict("records")
     for cell, row in zip(cells, table, strict=True):

@@ -15,7 +15,7 @@ firings of all cells are computed in one pass, keyed by cell.
 "Wrong" compares, per distinct prediction point ``(key, t)``, every feature's value as of ``t``
 in the cell's emission log (the training join of SEMANTICS section 6) with a naive event-time
 join's: each window aggregated over all its records and visible from its end. Null-safe, NaN
-equal to NaN; with the view's ttl on both sides when given.
+equal to NaN, 1e-9 relative tolerance; with the view's ttl on both sides when given.
 """
 
 from __future__ import annotations
@@ -113,7 +113,11 @@ def naive_emissions(prepared: Prepared) -> DataFrame:
 
 
 def _same(a: Column, b: Column) -> Column:
-    return a.eqNullSafe(b)  # Spark: NaN = NaN
+    """Equal, or within 1e-9 relative (sums in another order round differently); nulls and
+    NaNs equal their own kind (Spark: NaN = NaN)."""
+    x, y = a.cast("double"), b.cast("double")
+    close = F.abs(x - y) <= F.lit(1e-9) * F.greatest(F.abs(x), F.abs(y)) + F.lit(1e-9)
+    return a.eqNullSafe(b) | F.coalesce(close, F.lit(False))
 
 
 def wrong_points(
