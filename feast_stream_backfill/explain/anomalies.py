@@ -155,17 +155,17 @@ def silent_periods(prepared: Prepared, silence_ms: int, top: int = 20) -> pd.Dat
     gaps = prepared.distinct.select(
         TOPIC,
         PARTITION,
-        F.lag(PROCESSING_TIME).over(by_offset).alias("_from"),
-        F.col(PROCESSING_TIME).alias("_to"),
-    ).where(F.col("_to") - F.col("_from") > silence_ms)
+        F.lag(PROCESSING_TIME).over(by_offset).alias("_silent_since"),
+        F.col(PROCESSING_TIME).alias("_silent_until"),
+    ).where(F.col("_silent_until") - F.col("_silent_since") > silence_ms)
     return (
-        gaps.orderBy(F.desc(F.col("_to") - F.col("_from")))
+        gaps.orderBy(F.desc(F.col("_silent_until") - F.col("_silent_since")))
         .limit(top)
         .select(
             F.concat_ws("/", TOPIC, F.col(PARTITION).cast("string")).alias("partition"),
-            _stamp(F.col("_from")).alias("silent_from"),
-            _stamp(F.col("_to")).alias("silent_to"),
-            ((F.col("_to") - F.col("_from")) / 3_600_000).alias("hours"),
+            _stamp(F.col("_silent_since")).alias("silent_from"),
+            _stamp(F.col("_silent_until")).alias("silent_to"),
+            ((F.col("_silent_until") - F.col("_silent_since")) / 3_600_000).alias("hours"),
         )
         .toPandas()
     )

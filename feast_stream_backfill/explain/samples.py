@@ -63,7 +63,7 @@ def watermark_samples(prepared: Prepared, n: int = 800) -> WatermarkSamples:
     records = prepared.distinct.where(F.col(PROCESSING_TIME) <= end)
     bucket = F.ceil((F.col(PROCESSING_TIME) - start) / F.lit(step)).cast("long")
     per_bucket = records.groupBy(TOPIC, PARTITION, bucket.alias(_K)).agg(
-        F.max(EVENT_TIME).alias("_et"), F.max(PROCESSING_TIME).alias("_last_pt")
+        F.max(EVENT_TIME).alias("_max_et"), F.max(PROCESSING_TIME).alias("_last_pt")
     )
     spark = prepared.distinct.sparkSession
     moments = spark.range(n).select(F.col("id").alias(_K))
@@ -78,21 +78,21 @@ def watermark_samples(prepared: Prepared, n: int = 800) -> WatermarkSamples:
     level = filled.select(
         _K,
         F.concat_ws("/", F.col(TOPIC), F.col(PARTITION).cast("string")).alias("_p"),
-        (F.max("_et").over(so_far) - bound - 1).alias("_w"),
+        (F.max("_max_et").over(so_far) - bound - 1).alias("_sample_w"),
         F.max("_last_pt").over(so_far).alias("_seen"),
         t.alias("t"),
     )
     if strategy.detects_idleness:
         active = F.col("_seen") > F.col("t") - strategy.idle_timeout_ms
-        level = level.where(active | F.col("_w").isNull())
+        level = level.where(active | F.col("_sample_w").isNull())
     # Nulls first in an ascending sort: a partition that has read nothing holds the MIN.
     ranked = level.groupBy(_K, "t").agg(
-        F.sort_array(F.collect_list(F.struct(F.col("_w"), F.col("_p")))).alias("_by_w")
+        F.sort_array(F.collect_list(F.struct(F.col("_sample_w"), F.col("_p")))).alias("_by_w")
     )
     rows = ranked.select(
         "t",
-        F.col("_by_w")[0]["_w"].alias("watermark"),
+        F.col("_by_w")[0]["_sample_w"].alias("watermark"),
         F.col("_by_w")[0]["_p"].alias("holder"),
-        F.col("_by_w")[1]["_w"].alias("runner_up"),
+        F.col("_by_w")[1]["_sample_w"].alias("runner_up"),
     ).orderBy("t")
     return WatermarkSamples(rows.toPandas(), step, beyond)

@@ -27,6 +27,7 @@ from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, ScdTable, Sta
 from feast_stream_backfill.feast_plugin.definitions import (
     DERIVED,
     LOOKUP,
+    MILLISECONDS,
     PREFIX,
     archive_tags,
     backfill_tags,
@@ -76,7 +77,7 @@ def _problems(
     source, archive = view.stream_source, view.batch_source
     tags = {**getattr(archive, "tags", {}), **getattr(source, "tags", {}), **view.tags}
     unknown = [k for k in tags if _is_unknown(k)]
-    bad_ms = [k for k in tags if k in _KNOWN and k.endswith("_ms") and not tags[k].isdigit()]
+    bad_ms = [k for k in tags if k in _KNOWN and k.endswith(MILLISECONDS) and not tags[k].isdigit()]
     not_modelled = [a for a in view.aggregations if a.function not in FUNCTIONS]
     for key in unknown:
         close = get_close_matches(key, _KNOWN, n=1)

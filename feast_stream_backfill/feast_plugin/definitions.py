@@ -41,6 +41,7 @@ from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 PREFIX = "stream_backfill."
+MILLISECONDS = "_ms"  # the suffix of a duration tag
 
 
 def _ms(duration: timedelta) -> str:
@@ -314,7 +315,7 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
         return tags.get(PREFIX + name, default)
 
     def ms(name: str, default: int = 0) -> int:
-        return int(option(name + "_ms", str(default)))
+        return int(option(name + MILLISECONDS, str(default)))
 
     partition, offset = option("partition_column", "partition"), option("offset_column", "offset")
     timestamp = archive.timestamp_field or source.timestamp_field
