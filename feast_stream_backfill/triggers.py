@@ -89,11 +89,14 @@ def _if(condition: bool | Column, then: Outcome, otherwise: Outcome) -> Outcome:
     return then if condition else otherwise
 
 
-def on_element(trigger: Trigger, closed: bool | Column, late: bool | Column) -> Outcome:
+def on_element(
+    trigger: Trigger, closed: bool | Column, late: bool | Column, waiting: Outcome = WAITING
+) -> Outcome:
     """What one record does to one window: DROPPED (``closed``: the window's state is gone),
-    the firing it causes at once, or WAITING. ``late``: the watermark has passed ``maxTs``."""
+    the firing it causes at once, or ``waiting`` (WAITING, or what the wait ends in where the
+    caller knows it). ``late``: the watermark has passed ``maxTs``."""
     before, after = trigger.on_element
-    return _if(closed, DROPPED, _if(late, after or WAITING, before or WAITING))
+    return _if(closed, DROPPED, _if(late, after or waiting, before or waiting))
 
 
 def fires_by_record(trigger: Trigger, event_time: bool) -> bool:

@@ -31,7 +31,6 @@ from feast_stream_backfill.triggers import (
     DROPPED,
     ON_TIME,
     PENDING,
-    WAITING,
     WATERMARK,
     Trigger,
     fires_by_record,
@@ -66,28 +65,29 @@ def _with_first_watermark(
     return windowed.join(F.broadcast(reached), max_timestamp() == F.col("_ts"), "left").drop("_ts")
 
 
+def passed(reached: str) -> Column:
+    """Had the watermark at ``reached`` (null: never) passed before the record?"""
+    return F.coalesce(F.col(reached) < F.col(POSITION), F.lit(False))
+
+
 def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -> DataFrame:
     """``_status`` per (record, window): the trigger's outcome, WAITING resolved to ON_TIME
     (its timer fires before the archive ends) or PENDING; ``_fire_pos``: where the timer
     fires. ``reaches`` (event time): :func:`watermarks.watermark_reaches` of the targets."""
     if reaches is None:  # processing time: never late, the clock always fires
-        outcome = F.lit(on_element(trigger, False, False))
+        closed: bool | Column = False
+        late: bool | Column = False
         timer: Column = clock_position(max_timestamp())
     else:
         lateness = trigger.allowed_lateness_ms
         windowed = _with_first_watermark(windowed, reaches, lateness, _REACHES_CLEANUP)
-        reaches_max_ts = _REACHES_CLEANUP
+        closed, late = passed(_REACHES_CLEANUP), False  # not closed: not late when L = 0
+        timer = F.col(_REACHES_CLEANUP)
         if lateness and _tells_late(trigger):
             windowed = _with_first_watermark(windowed, reaches, 0, _REACHES_MAX_TS)
-            reaches_max_ts = _REACHES_MAX_TS
-
-        def passed(reached: str) -> Column:
-            return F.coalesce(F.col(reached) < F.col(POSITION), F.lit(False))
-
-        outcome = on_element(trigger, passed(_REACHES_CLEANUP), passed(reaches_max_ts))
-        timer = F.col(reaches_max_ts)
+            late, timer = passed(_REACHES_MAX_TS), F.col(_REACHES_MAX_TS)
     waiting = F.when(timer.isNull(), PENDING).otherwise(ON_TIME)
-    status = F.when(outcome == WAITING, waiting).otherwise(outcome)
+    status = F.lit(on_element(trigger, closed, late, waiting))
     return windowed.withColumn(STATUS, status).withColumn(FIRE_POSITION, timer)
 
 
