@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    NumericType,
+    ShortType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.errors import BadArchiveError
@@ -59,18 +67,32 @@ class ArchivedTopic:
             raise BadArchiveError(f"{self.where}: cannot read it as a Delta table: {exc}") from exc
 
 
+#: Kafka's partitions are int32 and its offsets int64: any narrower integer type holds them.
+_INTEGERS = (ByteType, ShortType, IntegerType, LongType)
+_PARTITION_MAX = 2**31 - 1
+
+
 def read_records(
-    spark: SparkSession, topic: ArchivedTopic, required: Sequence[str] = ()
+    spark: SparkSession,
+    topic: ArchivedTopic,
+    required: Sequence[str] = (),
+    *,
+    keys: Sequence[str] = (),
+    numeric: Sequence[str] = (),
 ) -> DataFrame:
     """The topic's records with normalized ``_topic, _partition, _offset, _et`` (epoch ms) added.
 
     Raises :class:`BadArchiveError` naming the table and column for a missing column, a
-    timestamp that is not an instant (naive), null partition/offset/timestamp values, or an
-    empty archive. This costs one pass over the table: cheap next to the backfill, and the
-    only way to refuse bad data before it silently becomes wrong features.
+    timestamp that is not an instant (naive), a partition or offset column that is not an
+    integer, a ``numeric`` column (summed or averaged) that is not a number, null
+    partition/offset/timestamp values, null ``keys`` (Flink's ``keyBy`` fails the job on a
+    null key; the caller leaves them out when the job drops such records), negative
+    partitions or offsets, or an empty archive; value problems with their count and the first
+    record's partition and offset. This costs one pass over the table: cheap next to the
+    backfill, and the only way to refuse bad data before it silently becomes wrong features.
     """
     df = topic.load(spark)
-    columns = [topic.partition_col, topic.offset_col, topic.timestamp_col, *required]
+    columns = [topic.partition_col, topic.offset_col, topic.timestamp_col, *required, *keys]
     missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
     if missing:
         raise BadArchiveError(
@@ -87,7 +109,8 @@ def read_records(
             f"{topic.where}: column {topic.timestamp_col!r} has type {ts_type.simpleString()}, "
             "expected TIMESTAMP"
         )
-    _check_not_empty_nor_null(df, topic, columns[:3])
+    _check_types(df, topic, numeric)
+    _check_records(df, topic, keys)
     return df.select(
         F.lit(topic.name).alias(TOPIC),
         F.col(topic.partition_col).cast("int").alias(PARTITION),
@@ -97,14 +120,69 @@ def read_records(
     )
 
 
-def _check_not_empty_nor_null(df: DataFrame, topic: ArchivedTopic, columns: list[str]) -> None:
-    def nulls(c: str) -> Column:
-        return F.sum(F.col(c).isNull().cast("long")).alias(c)
+def _check_types(df: DataFrame, topic: ArchivedTopic, numeric: Sequence[str]) -> None:
+    """Partition and offset are integers, summed and averaged columns numbers: from the
+    schema, no data read (a sample value is read only to name it in the error)."""
+    partition, offset = topic.partition_col, topic.offset_col
+    for column, other, what in ((partition, offset, "partition"), (offset, partition, "offset")):
+        kind = df.schema[column].dataType
+        if not isinstance(kind, _INTEGERS):
+            sample = df.where(F.col(column).isNotNull()).select(column, other).first()
+            example = "" if sample is None else f", e.g. {sample[0]!r} at {other} {sample[1]!r}"
+            raise BadArchiveError(
+                f"{topic.where}: column {column!r} has type {kind.simpleString()}, not an "
+                f"integer type (int or bigint) as Kafka's {what} is{example}; cast it or "
+                f"name the right column"
+            )
+    for column in dict.fromkeys(numeric):
+        kind = df.schema[column].dataType
+        if not isinstance(kind, NumericType):
+            raise BadArchiveError(
+                f"{topic.where}: column {column!r} has type {kind.simpleString()}, but it is "
+                "summed or averaged: it must be a number"
+            )
 
-    row = df.agg(F.count(F.lit(1)).alias("_rows"), *[nulls(c) for c in columns]).first()
+
+def _check_records(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> None:
+    """Every value problem, counted in one aggregate with its first place (partition, offset)."""
+    partition, offset = F.col(topic.partition_col), F.col(topic.offset_col)
+    problems = [
+        (f"null value(s) in column {c!r}", F.col(c).isNull())
+        for c in (topic.partition_col, topic.offset_col, topic.timestamp_col)
+    ]
+    problems += [
+        (
+            f"null value(s) in key column {c!r} (Flink's keyBy fails the job on a null key; "
+            "null_keys='drop' drops such records, as a filter before keyBy would)",
+            F.col(c).isNull(),
+        )
+        for c in dict.fromkeys(keys)
+    ]
+    problems += [
+        (f"negative value(s) in column {topic.partition_col!r}", partition < 0),
+        (f"negative value(s) in column {topic.offset_col!r}", offset < 0),
+    ]
+    if isinstance(df.schema[topic.partition_col].dataType, LongType):
+        problems.append(
+            (
+                f"value(s) in column {topic.partition_col!r} beyond Kafka's largest partition "
+                f"number ({_PARTITION_MAX})",
+                partition > _PARTITION_MAX,
+            )
+        )
+    place = F.struct(partition.alias("partition"), offset.alias("offset"))
+    row = df.agg(
+        F.count(F.lit(1)).alias("_rows"),
+        *[F.count_if(bad).alias(f"_n{i}") for i, (_, bad) in enumerate(problems)],
+        *[F.min(F.when(bad, place)).alias(f"_at{i}") for i, (_, bad) in enumerate(problems)],
+    ).first()
     if row is None or row["_rows"] == 0:
         raise BadArchiveError(f"{topic.where}: the archive is empty, there is nothing to backfill")
-    bad = {c: row[c] for c in columns if row[c]}
-    if bad:
-        detail = ", ".join(f"{n} null value(s) in column {c!r}" for c, n in bad.items())
-        raise BadArchiveError(f"{topic.where}: {detail} (of {row['_rows']} records)")
+    found = [
+        f"{row[f'_n{i}']} {what} (of {row['_rows']} records), e.g. partition "
+        f"{row[f'_at{i}']['partition']} offset {row[f'_at{i}']['offset']}"
+        for i, (what, _) in enumerate(problems)
+        if row[f"_n{i}"]
+    ]
+    if found:
+        raise BadArchiveError(f"{topic.where}: " + "; ".join(found))
