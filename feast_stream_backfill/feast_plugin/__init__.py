@@ -7,5 +7,13 @@ from feast_stream_backfill.feast_plugin.definitions import (
     lookup_tags,
     stream_job,
 )
+from feast_stream_backfill.feast_plugin.topics import topics_tags
 
-__all__ = ["archive_tags", "backfill_tags", "derived_tags", "lookup_tags", "stream_job"]
+__all__ = [
+    "archive_tags",
+    "backfill_tags",
+    "derived_tags",
+    "lookup_tags",
+    "stream_job",
+    "topics_tags",
+]

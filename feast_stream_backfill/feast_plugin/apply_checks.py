@@ -36,6 +36,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
     unsupported,
 )
 from feast_stream_backfill.feast_plugin.offline_store import spark_for
+from feast_stream_backfill.feast_plugin.topics import TOPIC, TOPIC_OPTIONS, job_sources, topic_name
 from feast_stream_backfill.feast_plugin.transformations import view_udf
 
 #: The option tags :func:`stream_job` reads with a default, and all it reads (with the optional
@@ -80,9 +81,8 @@ def _problems(
     bad_ms = [k for k in tags if k in _KNOWN and k.endswith(MILLISECONDS) and not tags[k].isdigit()]
     not_modelled = [a for a in view.aggregations if a.function not in FUNCTIONS]
     for key in unknown:
-        close = get_close_matches(key, _KNOWN, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else "not an option of feast-stream-backfill"
-        yield f"{where}: unknown tag {key!r} ({hint})"
+        yield f"{where}: unknown tag {key!r} ({_hint(key)})"
+    yield from _topic_problems(where, view)
     for key in bad_ms:
         yield f"{where}: tag {key} = {tags[key]!r} is not a whole number of milliseconds"
     for a in not_modelled:
@@ -109,7 +109,37 @@ def _problems(
 
 
 def _is_unknown(key: str) -> bool:
-    return key.startswith(PREFIX) and key not in _KNOWN and not key.startswith((LOOKUP, DERIVED))
+    return (
+        key.startswith(PREFIX)
+        and key not in _KNOWN
+        and not key.startswith((LOOKUP, DERIVED, TOPIC))
+    )
+
+
+def _hint(key: str) -> str:
+    close = get_close_matches(key, _KNOWN, n=1)
+    return f"did you mean {close[0]!r}?" if close else "not an option of feast-stream-backfill"
+
+
+def _topic_problems(where: str, view: StreamFeatureView) -> Iterator[str]:
+    """The tags of the topics of ``topics_tags``: only per-topic options are read there."""
+    try:
+        others = job_sources(view)[1:]
+    except ValueError:  # a tag that holds no KafkaSource: stream_job says so below
+        return
+    per_topic = {PREFIX + option for option in TOPIC_OPTIONS}
+    for source in others:
+        label = f"{where}: topic {topic_name(source)!r} (source {source.name!r})"
+        tags = {**getattr(source.batch_source, "tags", {}), **source.tags}
+        for key in filter(_is_unknown, tags):
+            yield f"{label}: unknown tag {key!r} ({_hint(key)})"
+        job_options = sorted(k for k in tags if k in _KNOWN and k not in per_topic)
+        if job_options:
+            yield (
+                f"{label}: tag(s) {job_options} are the job's options, read from the view and "
+                "its source only; a topic of topics_tags has its own "
+                f"{', '.join(TOPIC_OPTIONS)} and watermark_delay_threshold"
+            )
 
 
 def _incoherent(where: str, tags: dict[str, str], view: StreamFeatureView) -> Iterator[str]:
@@ -148,10 +178,30 @@ def _table_problems(
                     f"{label}: event time column {topic.timestamp_col!r} is "
                     f"{kind.simpleString()}, not an instant (TIMESTAMP)"
                 )
+    if not udf:
+        yield from _mismatched_types(where, job, schemas)
     for lookup in job.lookups:
         for path, columns in _state_columns(lookup.source, lookup.attributes):
             label = f"{where}: state table {lookup.source.name!r} ({path})"
             yield from schemas.missing(label, path, columns)
+
+
+def _mismatched_types(where: str, job: StreamJob, schemas: _Schemas) -> Iterator[str]:
+    """The topics' records are one stream: a key or aggregated column has one type in all."""
+    if len(job.topics) < 2:
+        return
+    for column in job.payload_columns:
+        types = {}
+        for topic in job.topics:
+            schema = schemas.get(topic.path)
+            if schema is not None and column in schema.fieldNames():
+                types[topic.name] = schema[column].dataType.simpleString()
+        if len(set(types.values())) > 1:
+            yield (
+                f"{where}: column {column!r} has a different type in each topic "
+                f"({', '.join(f'{name}: {kind}' for name, kind in types.items())}); the job "
+                "reads the topics as one stream, so it needs one type (cast it in the archive)"
+            )
 
 
 def _state_columns(

@@ -25,13 +25,15 @@ from feast.feature_view import DUMMY_ENTITY_NAME
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
-from feast_stream_backfill.feast_plugin.transformations import (
-    record_transform,
-    unsupported_udf,
-    view_udf,
+from feast_stream_backfill.feast_plugin.conventions import (
+    MILLISECONDS,
+    PREFIX,
+    milliseconds,
+    resolve_path,
 )
+from feast_stream_backfill.feast_plugin.topics import archived_topics
+from feast_stream_backfill.feast_plugin.transformations import unsupported_udf, view_udf
 from feast_stream_backfill.processing_time import ProcessingTimeModel
-from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import (
     EventTimeTrigger,
     PerRecordTrigger,
@@ -40,12 +42,9 @@ from feast_stream_backfill.triggers import (
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
 
-PREFIX = "stream_backfill."
-MILLISECONDS = "_ms"  # the suffix of a duration tag
-
 
 def _ms(duration: timedelta) -> str:
-    return str(round(duration.total_seconds() * 1000))
+    return str(milliseconds(duration))
 
 
 def backfill_tags(
@@ -205,13 +204,6 @@ def _derived(tags: Mapping[str, str]) -> dict[str, str]:
     return {k[len(DERIVED) :]: v for k, v in sorted(tags.items()) if k.startswith(DERIVED)}
 
 
-def resolve_path(path: str, repo_path: Path | str | None) -> str:
-    """Feast's convention: a relative source path is relative to the feature repo."""
-    if "://" in path or Path(path).is_absolute() or repo_path is None:
-        return path
-    return str(Path(repo_path) / path)
-
-
 def feature_names(view: StreamFeatureView) -> list[str]:
     return [a.resolved_name(a.time_window) for a in view.aggregations]
 
@@ -306,10 +298,8 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     check_supported([view])
     if not view.aggregations:
         raise ValueError(f"{where}: declare the window with `aggregations`")
-    source, archive = view.stream_source, view.batch_source
-    if source is None or archive is None or not getattr(archive, "path", None):
-        raise ValueError(f"{where}: its KafkaSource needs a batch_source FileSource (the archive)")
-    tags = {**archive.tags, **source.tags, **view.tags}
+    source = view.stream_source
+    tags = {**getattr(view.batch_source, "tags", {}), **source.tags, **view.tags}
 
     def option(name: str, default: str) -> str:
         return tags.get(PREFIX + name, default)
@@ -317,20 +307,10 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
     def ms(name: str, default: int = 0) -> int:
         return int(option(name + MILLISECONDS, str(default)))
 
-    partition, offset = option("partition_column", "partition"), option("offset_column", "offset")
-    timestamp = archive.timestamp_field or source.timestamp_field
-    topic = ArchivedTopic(
-        name=getattr(source.kafka_options, "topic", None) or source.name,
-        path=resolve_path(archive.path, repo_path),
-        partition_col=partition,
-        offset_col=offset,
-        timestamp_col=timestamp,
-        transform=record_transform(view, [partition, offset, timestamp], where),
-    )
-    bound = source.kafka_options.watermark_delay_threshold or timedelta(0)
+    bound_ms = milliseconds(source.kafka_options.watermark_delay_threshold)
     idle_timeout = ms("idle_timeout") or None
     return StreamJob(
-        topics=[topic],
+        topics=archived_topics(view, repo_path, bound_ms),
         keys=[e.name for e in view.entity_columns],
         window=_window(view, where, ms("session_gap"), option("window_domain", "event")),
         aggregations=[
@@ -341,7 +321,7 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
             option("trigger", "default"), option("window_domain", "event"), ms("allowed_lateness")
         ),
         watermark=WatermarkStrategy(
-            out_of_orderness_ms=round(bound.total_seconds() * 1000),
+            out_of_orderness_ms=bound_ms,
             interval_ms=ms("watermark_interval", 200),
             emission=option("watermark_emission", "periodic"),  # type: ignore[arg-type]
             combine=option("watermark_combine", "min"),  # type: ignore[arg-type]
