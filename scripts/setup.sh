@@ -16,6 +16,11 @@ if ! command -v chromium >/dev/null; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
 fi
+if ! command -v openssl >/dev/null; then
+  echo "Installing openssl (Debian; the TLS tests make their certificates with it)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openssl >/dev/null
+fi
 command -v java >/dev/null || { echo "Java 17+ is needed by Spark" >&2; exit 1; }
 
 stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
