@@ -37,7 +37,7 @@ from examples.generate import (
     generate_user_tiers,
 )
 from feast_stream_backfill import cli
-from feast_stream_backfill.emission_store import stored_metadata
+from feast_stream_backfill.emission_store import dropped_path, stored_metadata
 from feast_stream_backfill.feast_plugin.consistency import compare
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.training_join import as_of_join
@@ -160,9 +160,10 @@ def main() -> None:
     feast("materialize-incremental", END)
 
     store = FeatureStore(repo_path=str(REPO))
-    emissions = spark.read.format("delta").load(str(data / f"emission_log/payments/{VIEW}"))
-    stats = stored_metadata(spark, str(data / f"emission_log/payments/{VIEW}"))["stats"]
-    dropped = spark.read.format("delta").load(str(data / f"emission_log/payments/{VIEW}_dropped"))
+    log = str(data / f"emission_log/payments/{VIEW}")
+    emissions = spark.read.format("delta").load(log)
+    stats = stored_metadata(spark, log)["stats"]
+    dropped = spark.read.format("delta").load(dropped_path(log))
 
     # Serving against training: Redis after materializing up to END vs the training join at
     # END, for the 1000 most active users; and one online read as a user would do it.

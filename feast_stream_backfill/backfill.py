@@ -136,11 +136,12 @@ class Backfill:
         self.release()
 
 
-def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
-    """Run the model over the job's archived topics.
+def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[str, int]]:
+    """Every topic's records with their processing times and duplicate flags (kept: the counts
+    and everything after read them), and the counts ``records_read`` and ``duplicates_removed``.
 
-    Actions on the data: a validation pass per topic, one pass for the record counts, one for
-    the watermark timeline, then whatever the caller does with the returned DataFrames.
+    A record archived twice with different content is refused, naming the first: picking one
+    would be a guess.
     """
     records = reduce(
         DataFrame.unionByName,
@@ -159,12 +160,31 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     ).first()
     if counts["conflicts"]:
         example = timed.where(F.col(CONFLICT)).select(TOPIC, PARTITION, OFFSET).first()
+        timed.unpersist()
         raise BadArchiveError(
             f"archived topic {example[TOPIC]!r}: {counts['conflicts']} record(s) archived twice "
             f"with different content, e.g. partition {example[PARTITION]} offset "
             f"{example[OFFSET]}; refusing to pick one"
         )
-    distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+    return timed, {
+        "records_read": counts["records_read"],
+        "duplicates_removed": counts["duplicates_removed"],
+    }
+
+
+def distinct_records(timed: DataFrame) -> DataFrame:
+    """Each record once, with its place in the processing order (the watermark's input)."""
+    return timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+
+
+def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
+    """Run the model over the job's archived topics.
+
+    Actions on the data: a validation pass per topic, one pass for the record counts, one for
+    the watermark timeline, then whatever the caller does with the returned DataFrames.
+    """
+    timed, counts = timed_records(spark, job)
+    distinct = distinct_records(timed)
     # Only enriched records are windowed, but the watermark comes from every record: in Flink
     # those an inner lookup removed had passed the source's watermark generator.
     enriched = None

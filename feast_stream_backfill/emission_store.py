@@ -44,13 +44,18 @@ def stored_metadata(spark: SparkSession, path: str) -> dict | None:
         return None
 
 
+def dropped_path(path: str) -> str:
+    """Where the dropped records of the emission log at ``path`` are kept: beside it."""
+    return path + "_dropped"
+
+
 def ensure_emission_log(spark: SparkSession, job: StreamJob, path: str) -> DataFrame:
-    """The job's emission log at ``path`` (dropped records at ``path + '_dropped'``),
+    """The job's emission log at ``path`` (dropped records at :func:`dropped_path`),
     backfilled first unless the stored one was made from the same job and archives."""
     current = fingerprint(spark, job)
     stored = stored_metadata(spark, path)
     if current is None or stored is None or stored.get("fingerprint") != current:
         result = backfill(spark, job)
         metadata = json.dumps({"fingerprint": current, "stats": result.stats})
-        result.write(path, path + "_dropped", metadata)
+        result.write(path, dropped_path(path), metadata)
     return spark.read.format("delta").load(path)

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+#: Spark's JVM logging: errors only (no start-up banner, no warnings a user cannot act on).
+LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+
 #: Where `jars/pom.xml` copies Delta's JVM jars (`mvn dependency:copy-dependencies`).
 JARS_DIR = Path(
     os.environ.get("FSB_JARS_DIR", Path(__file__).resolve().parent.parent / "jars" / "lib")
@@ -54,6 +57,9 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
             settings["spark.jars"] = ",".join(jars)
         else:
             settings["spark.jars.packages"] = "io.delta:delta-spark_4.2_2.13:4.4.0"
+    quiet = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+    java_options = settings.get("spark.driver.extraJavaOptions")
+    settings["spark.driver.extraJavaOptions"] = f"{quiet} {java_options or ''}".strip()
     builder = SparkSession.builder.appName("feast-stream-backfill")
     for key, value in settings.items():
         builder = builder.config(key, value)

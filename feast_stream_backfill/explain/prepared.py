@@ -3,34 +3,21 @@
 Processing times, duplicates, enrichment and window assignment depend on the archive and the
 job's window alone; the advisor, the timelines and the anomaly report judge the same records
 under other watermark settings, so they share these results instead of rerunning
-:func:`feast_stream_backfill.backfill` (whose first stages this repeats, with the same core
-functions).
+:func:`feast_stream_backfill.backfill` (whose first stages, :func:`timed_records` and
+:func:`distinct_records`, this calls).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import reduce
+from dataclasses import dataclass, field, replace
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from feast_stream_backfill.backfill import StreamJob
-from feast_stream_backfill.columns import (
-    CONFLICT,
-    DUPLICATE,
-    EVENT_TIME,
-    OFFSET,
-    PARTITION,
-    POSITION,
-    TOPIC,
-)
+from feast_stream_backfill.backfill import StreamJob, distinct_records, timed_records
+from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.enrichment import enrich
-from feast_stream_backfill.errors import BadArchiveError
-from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.processing_time import with_processing_time
-from feast_stream_backfill.records import read_records
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 
@@ -72,12 +59,13 @@ def with_settings(
 class Prepared:
     """``distinct``: every distinct record with ``_pt`` and ``_pos`` (the watermark's input);
     ``windowed``: the records that reach the window operator, one row per (record, window);
-    ``counts``: records read and duplicates removed."""
+    ``counts``: records read and duplicates removed; ``kept``: what :meth:`release` frees."""
 
     job: StreamJob
     distinct: DataFrame
     windowed: DataFrame
     counts: dict[str, int]
+    kept: list[DataFrame] = field(default_factory=list, repr=False)
 
     def strategy(self, bound_ms: int, idle_timeout_ms: int | None) -> WatermarkStrategy:
         return replace(
@@ -85,42 +73,21 @@ class Prepared:
         )
 
     def release(self) -> None:
-        self.windowed.unpersist()
-        self.distinct.unpersist()
+        for df in self.kept:
+            df.unpersist()
 
 
 def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
-    """Read, time, deduplicate, enrich and assign windows once (as :func:`backfill` does)."""
+    """Read, time, deduplicate, enrich and assign windows once, with :func:`backfill`'s own
+    first stages."""
     check_explainable(job)
-    records = reduce(
-        DataFrame.unionByName,
-        [
-            read_records(spark, t, job.payload_columns).select(
-                TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns
-            )
-            for t in job.topics
-        ],
-    )
-    timed = with_processing_time(records, job.processing_time)
-    distinct, windowed = _stages(job, timed)
-    distinct.persist(StorageLevel.MEMORY_AND_DISK)
+    timed, counts = timed_records(spark, job)
+    distinct, windowed = _stages(job, distinct_records(timed))
     windowed.persist(StorageLevel.MEMORY_AND_DISK)
-    row = timed.agg(
-        F.count(F.lit(1)).alias("records_read"),
-        F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
-        F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
-    ).first()
-    if row["conflicts"]:  # as backfill() refuses them
-        raise BadArchiveError(
-            f"{row['conflicts']} record(s) archived twice with different content; "
-            "refusing to pick one (the backfill names the first)"
-        )
-    counts = {"records_read": row["records_read"], "duplicates_removed": row["duplicates_removed"]}
-    return Prepared(job, distinct, windowed, counts)
+    return Prepared(job, distinct, windowed, counts, kept=[windowed, timed])
 
 
-def _stages(job: StreamJob, timed: DataFrame) -> tuple[DataFrame, DataFrame]:
-    distinct = timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+def _stages(job: StreamJob, distinct: DataFrame) -> tuple[DataFrame, DataFrame]:
     kept = enrich(distinct, job.lookups, job.derived) if job.lookups or job.derived else distinct
     return distinct, job.window.assign(kept)
 
@@ -132,5 +99,6 @@ def without(prepared: Prepared, removed: Column) -> Prepared:
     records = prepared.distinct.where(~removed).select(
         TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns
     )
-    distinct, windowed = _stages(job, with_processing_time(records, job.processing_time))
+    timed = with_processing_time(records, job.processing_time)
+    distinct, windowed = _stages(job, distinct_records(timed))
     return Prepared(job, distinct, windowed, prepared.counts)

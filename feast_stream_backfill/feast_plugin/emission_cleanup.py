@@ -2,9 +2,9 @@
 project's at ``feast teardown``.
 
 The offline store keeps a view's log at ``<emission_log_path>/<project>/<view>`` and its dropped
-records beside it at ``.../<view>_dropped`` (:func:`~feast_stream_backfill.emission_store.
-ensure_emission_log`). Local paths are removed directly; a URI (``s3a://``, ``file://``)
-through Spark's Hadoop file system, which wrote it.
+records beside it (:func:`~feast_stream_backfill.emission_store.dropped_path`). Local paths are
+removed directly; a URI (``s3a://``, ``file://``) through Spark's Hadoop file system, which
+wrote it.
 """
 
 from __future__ import annotations
@@ -15,16 +15,8 @@ from pathlib import Path
 
 from feast.repo_config import RepoConfig
 
-from feast_stream_backfill.feast_plugin.definitions import resolve_path
-from feast_stream_backfill.feast_plugin.offline_store import spark_for
-
-
-def project_logs(config: RepoConfig, project: str) -> str | None:
-    """Where the project's emission logs are; None when the offline store keeps none."""
-    root = getattr(config.offline_store, "emission_log_path", None)
-    if root is None:
-        return None
-    return f"{resolve_path(root, config.repo_path).rstrip('/')}/{project}"
+from feast_stream_backfill.emission_store import dropped_path
+from feast_stream_backfill.feast_plugin.offline_store import project_logs, spark_for
 
 
 def remove_view_logs(config: RepoConfig, project: str, views: Iterable[str]) -> None:
@@ -33,7 +25,7 @@ def remove_view_logs(config: RepoConfig, project: str, views: Iterable[str]) -> 
     if root is None:
         return
     for view in views:
-        for path in (f"{root}/{view}", f"{root}/{view}_dropped"):
+        for path in (f"{root}/{view}", dropped_path(f"{root}/{view}")):
             _remove(config, path)
 
 

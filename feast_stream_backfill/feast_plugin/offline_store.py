@@ -116,12 +116,19 @@ def spark_for(config: RepoConfig) -> SparkSession:
     return get_spark(config.offline_store.spark_conf)
 
 
+def project_logs(config: RepoConfig, project: str) -> str | None:
+    """Where the project's emission logs are (one per view, ``<this>/<view>``); None when the
+    offline store keeps none."""
+    root = getattr(config.offline_store, "emission_log_path", None)
+    if root is None:
+        return None
+    return f"{resolve_path(root, config.repo_path).rstrip('/')}/{project}"
+
+
 def emissions_for(config: RepoConfig, view: StreamFeatureView) -> DataFrame:
     """The view's emission log, backfilled first when missing or stale."""
-    spark = spark_for(config)
-    root = resolve_path(config.offline_store.emission_log_path, config.repo_path)
-    path = f"{root.rstrip('/')}/{config.project}/{view.name}"
-    return ensure_emission_log(spark, stream_job(view, config.repo_path), path)
+    path = f"{project_logs(config, config.project)}/{view.name}"
+    return ensure_emission_log(spark_for(config), stream_job(view, config.repo_path), path)
 
 
 def _file_kind(source: Any, where: str) -> str:
