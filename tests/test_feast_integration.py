@@ -108,16 +108,18 @@ def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
     assert result["transactions_5m"] == [3, 1, None]
     assert result["max_amount_5m"] == [20.0, 3.0, None]
 
+    # The rest in this process (Feast's Python API, as a scheduler would call it): the CLI
+    # path is the one above, and each feast command costs a JVM start.
+    store = FeatureStore(repo_path=str(repo))
     before = redis_content(redis_server)
-    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00", cwd=repo)
+    store.materialize(t("00:00:00"), t("10:08:00"))
     assert redis_content(redis_server) == before, "a rerun must leave Redis as it was"
 
     # Continues from 10:08: window [10:05, 10:10) fired at 10:10:30.
-    feast("materialize-incremental", "2026-01-01T10:20:00", cwd=repo)
+    store.materialize_incremental(t("10:20:00"))
     assert online(repo, ["u1", "u2"])["spend_5m"] == [4.0, 7.0]
 
     # Serving and training agree at 10:20 on every key and feature.
-    store = FeatureStore(repo_path=str(repo))
     mismatches = compare(store, "user_spend_5m", t("10:20:00"))
     assert mismatches.keys_compared == 2  # u1 and u2: every key that emitted by 10:20
     assert mismatches == {
