@@ -14,22 +14,20 @@ import json
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from feast_stream_backfill.archives import DeltaArchive
 from feast_stream_backfill.backfill import StreamJob, backfill
 
 
 def fingerprint(spark: SparkSession, job: StreamJob) -> str | None:
-    """The job's definition and the Delta versions of its archives and state tables; None if
-    one is a DataFrame (nothing tells whether it changed)."""
-    paths: list[str | None] = [topic.path for topic in job.topics]
+    """The job's definition and the versions of its archives (each layout's own: a Delta
+    version, a file listing's digest, ...) and state tables; None if one cannot tell whether
+    it changed (a DataFrame)."""
+    versions = [topic.source.version(spark) if topic.source else None for topic in job.topics]
     for lookup in job.lookups:
         state = lookup.source.delta_paths()
-        paths += [None] if state is None else state
-    versions = []
-    for path in paths:
-        if path is None:
-            return None
-        last = DeltaTable.forPath(spark, path).history(1).first()
-        versions.append(last["version"])
+        versions += [None] if state is None else [DeltaArchive(p).version(spark) for p in state]
+    if None in versions:
+        return None
     return hashlib.sha256(repr((job, versions)).encode()).hexdigest()
 
 

@@ -1,4 +1,5 @@
-"""Archived Kafka records: one Delta table per topic, checked before anything is computed."""
+"""Archived Kafka records, in any layout of :mod:`~feast_stream_backfill.archives`, checked
+before anything is computed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from feast_stream_backfill.archives import Archive, DataFrameArchive, DeltaArchive
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.errors import BadArchiveError
 
@@ -32,10 +34,20 @@ class RecordTransform:
 
 @dataclass(frozen=True)
 class ArchivedTopic:
-    """A Kafka topic archived as a table: partition, offset, event time, keys, payload.
+    """A Kafka topic's archived records: partition, offset, event time, keys, payload.
 
-    Give ``path`` (a Delta table, local or ``s3a://``) or, to use the core on any Spark data,
-    ``dataframe``. ``out_of_orderness_ms`` overrides the job's B for this topic's partitions.
+    Where they are, one of: ``path`` (a Delta table, local or ``s3a://``); ``archive``, any
+    layout of :mod:`feast_stream_backfill.archives`::
+
+        ArchivedTopic("transactions", path="s3a://bucket/transactions")            # Delta
+        ArchivedTopic("transactions", archive=SinkConnectorArchive(
+            "s3a://bucket", "transactions", "json", timestamp_field="event_time"))
+        ArchivedTopic("transactions", archive=TableArchive(table="kafka.transactions"))
+        ArchivedTopic("transactions", archive=TableArchive(path="/x", format="parquet"))
+
+    or, to use the core on any Spark data, ``dataframe``. The columns named by
+    ``partition_col``, ``offset_col`` and ``timestamp_col`` (a TIMESTAMP) must be in what the
+    archive reads. ``out_of_orderness_ms`` overrides the job's B for this topic's partitions.
     ``transform`` is applied to the records as loaded: its output is the topic.
     """
 
@@ -47,24 +59,42 @@ class ArchivedTopic:
     out_of_orderness_ms: int | None = None
     dataframe: DataFrame | None = field(default=None, compare=False, repr=False)
     transform: RecordTransform | None = None
+    archive: Archive | None = None
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.path, self.dataframe, self.archive)) > 1:
+            raise ValueError(
+                f"archived topic {self.name!r}: give a path, an archive or a DataFrame"
+            )
+
+    @property
+    def source(self) -> Archive | None:
+        """Where the records are (None when nothing was given)."""
+        if self.archive is not None:
+            return self.archive
+        if self.dataframe is not None:
+            return DataFrameArchive(self.dataframe)
+        return None if self.path is None else DeltaArchive(self.path)
 
     @property
     def where(self) -> str:
-        return f"archived topic {self.name!r} ({self.path or 'DataFrame'})"
+        source = self.source
+        return f"archived topic {self.name!r} ({'DataFrame' if source is None else source.where})"
 
     def load(self, spark: SparkSession) -> DataFrame:
         records = self._read(spark)
         return records if self.transform is None else self.transform.apply(records)
 
     def _read(self, spark: SparkSession) -> DataFrame:
-        if self.dataframe is not None:
-            return self.dataframe
-        if self.path is None:
-            raise BadArchiveError(f"{self.where}: give a Delta table path or a DataFrame")
+        source = self.source
+        if source is None:
+            raise BadArchiveError(
+                f"{self.where}: give a Delta table path, an archive or a DataFrame"
+            )
         try:
-            return spark.read.format("delta").load(self.path)
-        except Exception as exc:  # Spark raises AnalysisException with a long JVM trace
-            raise BadArchiveError(f"{self.where}: cannot read it as a Delta table: {exc}") from exc
+            return source.read(spark)
+        except BadArchiveError as exc:
+            raise BadArchiveError(f"{self.where}: {exc}") from exc
 
 
 #: Kafka's partitions are int32 and its offsets int64: any narrower integer type holds them.
