@@ -4,8 +4,9 @@ Without them a mistake in a job's declaration (a tag that does not parse, an arc
 column the job reads, a function the model does not have) surfaces only at materialize or
 training time, one at a time. ``StreamBackfillComputeEngine.update`` runs :func:`check_views`
 before the registry is committed, and ``materialize`` again before anything is written (the
-``feast apply`` command skips the engine with a sqlite online store). Tables are checked by their
-Delta schemas, read through Spark (the Delta log only, no data).
+``feast apply`` command skips the engine with a sqlite online store). Tables are checked by
+their schemas, read through Spark (a Delta table's log, another archive's reader; see
+``_Schemas``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pyspark.sql.types import StructType, TimestampType
 from feast_stream_backfill.aggregations import FUNCTIONS
 from feast_stream_backfill.backfill import StreamJob
 from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, ScdTable, StateSource
+from feast_stream_backfill.errors import BadArchiveError
+from feast_stream_backfill.feast_plugin.archive_sources import SINK_OPTIONS
 from feast_stream_backfill.feast_plugin.definitions import (
     DERIVED,
     LOOKUP,
@@ -36,13 +39,24 @@ from feast_stream_backfill.feast_plugin.definitions import (
     unsupported,
 )
 from feast_stream_backfill.feast_plugin.offline_store import spark_for
-from feast_stream_backfill.feast_plugin.topics import TOPIC, TOPIC_OPTIONS, job_sources, topic_name
+from feast_stream_backfill.feast_plugin.topics import (
+    TOPIC,
+    TOPIC_OPTIONS,
+    job_sources,
+    own_tags,
+    topic_name,
+)
 from feast_stream_backfill.feast_plugin.transformations import view_udf
+from feast_stream_backfill.records import ArchivedTopic
 
 #: The option tags :func:`stream_job` reads with a default, and all it reads (with the optional
 #: idle timeout and session gap).
 _DEFAULTS = {**backfill_tags(), **archive_tags()}
-_KNOWN = {*_DEFAULTS, *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1))}
+_KNOWN = {
+    *_DEFAULTS,
+    *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1)),
+    *SINK_OPTIONS,
+}
 
 
 class ApplyCheckError(ValueError):
@@ -83,6 +97,7 @@ def _problems(
     for key in unknown:
         yield f"{where}: unknown tag {key!r} ({_hint(key)})"
     yield from _topic_problems(where, view)
+    yield from _sink_tags_elsewhere(where, view)
     for key in bad_ms:
         yield f"{where}: tag {key} = {tags[key]!r} is not a whole number of milliseconds"
     for a in not_modelled:
@@ -97,7 +112,7 @@ def _problems(
     # Judge the rest with the problems above replaced by defaults: each is reported once.
     clean = view.__copy__()
     clean.aggregations = supported
-    clean.tags = {k: v for k, v in tags.items() if k not in bad_ms}
+    clean.tags = {k: v for k, v in view.tags.items() if k not in bad_ms}
     clean.tags.update({k: _DEFAULTS[k] for k in bad_ms if k in _DEFAULTS})
     try:
         job = stream_job(clean, repo_path)
@@ -127,18 +142,34 @@ def _topic_problems(where: str, view: StreamFeatureView) -> Iterator[str]:
         others = job_sources(view)[1:]
     except ValueError:  # a tag that holds no KafkaSource: stream_job says so below
         return
-    per_topic = {PREFIX + option for option in TOPIC_OPTIONS}
     for source in others:
         label = f"{where}: topic {topic_name(source)!r} (source {source.name!r})"
-        tags = {**getattr(source.batch_source, "tags", {}), **source.tags}
+        tags = own_tags(source)
         for key in filter(_is_unknown, tags):
             yield f"{label}: unknown tag {key!r} ({_hint(key)})"
-        job_options = sorted(k for k in tags if k in _KNOWN and k not in per_topic)
+        job_options = sorted(k for k in tags if k in _KNOWN and k not in TOPIC_OPTIONS)
         if job_options:
             yield (
                 f"{label}: tag(s) {job_options} are the job's options, read from the view and "
-                "its source only; a topic of topics_tags has its own "
-                f"{', '.join(TOPIC_OPTIONS)} and watermark_delay_threshold"
+                "its source only; a topic of topics_tags has its own archive_tags, "
+                "sink_connector_tags and watermark_delay_threshold"
+            )
+
+
+def _sink_tags_elsewhere(where: str, view: StreamFeatureView) -> Iterator[str]:
+    """Sink-connector options are read from the archive's own tags only."""
+    try:
+        sources = job_sources(view)
+    except ValueError:  # stream_job says so
+        return
+    places = [("the view", view.tags)]
+    places += [(f"KafkaSource {source.name!r}", source.tags) for source in sources]
+    for place, tags in places:
+        found = sorted(key for key in tags if key in SINK_OPTIONS)
+        if found:
+            yield (
+                f"{where}: tag(s) {found} on {place} are read from the archive's tags only: "
+                "put sink_connector_tags on the KafkaSource's batch_source"
             )
 
 
@@ -165,13 +196,11 @@ def _table_problems(
     udf reads the archive's record columns; its other columns are the udf's business."""
     udf = view_udf(view)
     for topic in job.topics:
-        label = f"{where}: archive {topic.path}"
+        label = f"{where}: archive {topic.path or topic.archive.where}"
         record = [topic.partition_col, topic.offset_col, topic.timestamp_col]
-        yield from schemas.missing(
-            label, topic.path, record if udf else [*record, *job.payload_columns]
-        )
-        schema = schemas.get(topic.path)
-        if schema and topic.timestamp_col in schema.fieldNames():
+        schema = schemas.topic(topic)
+        yield from _missing(label, schema, record if udf else [*record, *job.payload_columns])
+        if isinstance(schema, StructType) and topic.timestamp_col in schema.fieldNames():
             kind = schema[topic.timestamp_col].dataType
             if not isinstance(kind, TimestampType):
                 yield (
@@ -183,7 +212,7 @@ def _table_problems(
     for lookup in job.lookups:
         for path, columns in _state_columns(lookup.source, lookup.attributes):
             label = f"{where}: state table {lookup.source.name!r} ({path})"
-            yield from schemas.missing(label, path, columns)
+            yield from _missing(label, schemas.delta(path), columns)
 
 
 def _mismatched_types(where: str, job: StreamJob, schemas: _Schemas) -> Iterator[str]:
@@ -193,12 +222,12 @@ def _mismatched_types(where: str, job: StreamJob, schemas: _Schemas) -> Iterator
     for column in job.payload_columns:
         types = {}
         for topic in job.topics:
-            schema = schemas.get(topic.path)
-            if schema is not None and column in schema.fieldNames():
+            schema = schemas.topic(topic)
+            if isinstance(schema, StructType) and column in schema.fieldNames():
                 types[topic.name] = schema[column].dataType.simpleString()
         if len(set(types.values())) > 1:
             yield (
-                f"{where}: column {column!r} has a different type in each topic "
+                f"{where}: column {column!r} has different types across topics "
                 f"({', '.join(f'{name}: {kind}' for name, kind in types.items())}); the job "
                 "reads the topics as one stream, so it needs one type (cast it in the archive)"
             )
@@ -219,26 +248,46 @@ def _state_columns(
     raise TypeError(f"unknown state source {type(source).__name__}")
 
 
+def _missing(label: str, schema: StructType | str, columns: Sequence[str | None]) -> Iterator[str]:
+    if isinstance(schema, str):
+        yield f"{label}: {schema}"
+        return
+    missing = [c for c in dict.fromkeys(columns) if c and c not in schema.fieldNames()]
+    if missing:
+        yield f"{label}: no column(s) {missing}; it has {schema.fieldNames()}"
+
+
 class _Schemas:
-    """Delta schemas read through Spark (the Delta log, no data), once per path."""
+    """Schemas read through Spark, once per table, or why a table cannot be read: a Delta
+    table's from its log, another archive's from its reader (a catalog's or parquet footers'
+    schema, no data; JSON's is inferred, a pass over the files, unless declared)."""
 
     def __init__(self, spark: Callable[[], SparkSession]) -> None:
         self._spark = spark
-        self._read: dict[str, StructType | None] = {}
+        self._read: dict[str, StructType | str] = {}
 
-    def get(self, path: str) -> StructType | None:
-        """The table's schema; None when there is no Delta table at ``path``."""
-        if path not in self._read:
-            spark = self._spark()
-            exists = DeltaTable.isDeltaTable(spark, path)
-            self._read[path] = spark.read.format("delta").load(path).schema if exists else None
-        return self._read[path]
+    def delta(self, path: str) -> StructType | str:
+        def read(spark: SparkSession) -> StructType | str:
+            if not DeltaTable.isDeltaTable(spark, path):
+                return "no Delta table there"
+            return spark.read.format("delta").load(path).schema
 
-    def missing(self, label: str, path: str, columns: Sequence[str | None]) -> Iterator[str]:
-        schema = self.get(path)
-        if schema is None:
-            yield f"{label}: no Delta table there"
-            return
-        missing = [c for c in dict.fromkeys(columns) if c and c not in schema.fieldNames()]
-        if missing:
-            yield f"{label}: no column(s) {missing}; it has {schema.fieldNames()}"
+        return self._once(path, read)
+
+    def topic(self, topic: ArchivedTopic) -> StructType | str:
+        archive = topic.archive
+        if archive is None:
+            return self.delta(topic.path)
+
+        def read(spark: SparkSession) -> StructType | str:
+            try:
+                return archive.read(spark).schema
+            except BadArchiveError as exc:
+                return str(exc)
+
+        return self._once(archive.where, read)
+
+    def _once(self, key: str, read: Callable[[SparkSession], StructType | str]) -> StructType | str:
+        if key not in self._read:
+            self._read[key] = read(self._spark())
+        return self._read[key]

@@ -252,14 +252,16 @@ def unsupported(view: FeatureView) -> str | None:
 
 
 def _unsupported_source(view: FeatureView) -> str | None:
-    source = view.batch_source
-    formats = (DeltaFormat,) if is_windowed(view) else (DeltaFormat, ParquetFormat)
-    if isinstance(source, FileSource) and isinstance(source.file_format, formats):
+    if is_windowed(view):  # each topic's archive is judged where it is read: topics.py
         return None
-    kinds = "a Delta" if is_windowed(view) else "a Delta or parquet"
+    source = view.batch_source
+    if isinstance(source, FileSource) and isinstance(
+        source.file_format, DeltaFormat | ParquetFormat
+    ):
+        return None
     return (
         f"has the batch source {type(source).__name__} "
-        f"{getattr(source, 'file_format', None)!r}; this plugin reads {kinds} FileSource"
+        f"{getattr(source, 'file_format', None)!r}; this plugin reads a Delta or parquet FileSource"
     )
 
 

@@ -15,20 +15,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from feast import FileSource, KafkaSource, StreamFeatureView
-from feast.data_format import DeltaFormat
+from feast import KafkaSource, StreamFeatureView
 from feast.data_source import DataSource
 from feast.protos.feast.core.DataSource_pb2 import DataSource as DataSourceProto
 from google.protobuf import json_format
 
-from feast_stream_backfill.feast_plugin.conventions import PREFIX, milliseconds, resolve_path
+from feast_stream_backfill.feast_plugin.archive_sources import SINK_OPTIONS, archive_of
+from feast_stream_backfill.feast_plugin.conventions import PREFIX, milliseconds
 from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.records import ArchivedTopic
 
 TOPIC = PREFIX + "topic."
-#: The options read per topic (its archive's tags, then its KafkaSource's, then the view's);
-#: every other option is the job's and is read from the view's first source and the view.
-TOPIC_OPTIONS = ("partition_column", "offset_column")
+#: The tags read per topic: the partition and offset columns (its archive's tags, then its
+#: KafkaSource's; for the view's own source, then the view's, as before there were several
+#: topics) and a sink connector's options (its archive's). Every other option is the job's,
+#: read from the view and its first source.
+TOPIC_OPTIONS = (PREFIX + "partition_column", PREFIX + "offset_column", *SINK_OPTIONS)
 
 
 def topics_tags(*sources: KafkaSource) -> dict[str, str]:
@@ -83,9 +85,9 @@ def topic_name(source: KafkaSource) -> str:
     return getattr(source.kafka_options, "topic", None) or source.name
 
 
-def topic_tags(view: StreamFeatureView, source: DataSource) -> dict[str, str]:
-    """The tags a topic's options are read from: its archive's, its source's, the view's."""
-    return {**getattr(source.batch_source, "tags", {}), **source.tags, **view.tags}
+def own_tags(source: DataSource) -> dict[str, str]:
+    """A topic's own tags: its archive's, then its KafkaSource's."""
+    return {**getattr(source.batch_source, "tags", {}), **source.tags}
 
 
 def archived_topics(
@@ -94,7 +96,11 @@ def archived_topics(
     """Each topic the view's job reads, as the core reads it. A topic whose
     ``watermark_delay_threshold`` differs from the first one's (the job's B) carries its own."""
     where = f"stream feature view {view.name!r}"
-    topics = [_archived_topic(view, s, repo_path, job_bound_ms) for s in job_sources(view)]
+    first, *others = job_sources(view)
+    topics = [
+        _archived_topic(view, first, {**own_tags(first), **view.tags}, repo_path, job_bound_ms)
+    ]
+    topics += [_archived_topic(view, o, own_tags(o), repo_path, job_bound_ms) for o in others]
     names = [topic.name for topic in topics]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
@@ -106,23 +112,26 @@ def archived_topics(
 
 
 def _archived_topic(
-    view: StreamFeatureView, source: DataSource, repo_path: Path | str | None, job_bound_ms: int
+    view: StreamFeatureView,
+    source: DataSource,
+    tags: dict[str, str],
+    repo_path: Path | str | None,
+    job_bound_ms: int,
 ) -> ArchivedTopic:
     where = f"stream feature view {view.name!r}"
-    archive = getattr(source, "batch_source", None)
-    if not isinstance(archive, FileSource) or not isinstance(archive.file_format, DeltaFormat):
-        raise ValueError(
-            f"{where}: source {getattr(source, 'name', None)!r} needs a batch_source, a Delta "
-            f"FileSource (the archive); got {type(archive).__name__}"
-        )
-    tags = topic_tags(view, source)
+    archive = source.batch_source
+    try:
+        path, layout = archive_of(archive, topic_name(source), repo_path)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
     partition = tags.get(PREFIX + "partition_column", "partition")
     offset = tags.get(PREFIX + "offset_column", "offset")
     timestamp = archive.timestamp_field or source.timestamp_field
     bound = milliseconds(source.kafka_options.watermark_delay_threshold)
     return ArchivedTopic(
         name=topic_name(source),
-        path=resolve_path(archive.path, repo_path),
+        path=path,
+        archive=layout,
         partition_col=partition,
         offset_col=offset,
         timestamp_col=timestamp,
