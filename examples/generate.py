@@ -29,7 +29,8 @@ a record stamped year 9999 (a broken producer clock) and a partition silent for 
 tier from a day before the archive on and its later changes spread over the archive's span.
 
 Run ``python -m examples.generate --archive data/transactions --predictions data/predictions``
-(``--user-tiers data/user_tiers`` for the state table too).
+(``--user-tiers data/user_tiers`` for the state table too; ``--layouts data/layouts`` for the
+archive, with offset holes and connector restarts, in every layout of :mod:`examples.layouts`).
 """
 
 from __future__ import annotations
@@ -339,6 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7, help="seed of the archive")
     parser.add_argument("--user-tiers", help="also write the fee-tier state table here")
     parser.add_argument("--tier-versions", type=int, default=200_000, help="its row count")
+    parser.add_argument(
+        "--layouts",
+        help="also write the archive, with offset holes and connector restarts, in every "
+        "layout of examples.layouts under this folder (one subfolder per layout)",
+    )
     args = parser.parse_args(argv)
 
     from feast_stream_backfill.spark import get_spark
@@ -356,6 +362,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.user_tiers:
         generate_user_tiers(spark, args.user_tiers, args.archive, n_versions=args.tier_versions)
         print(f"user tiers: {args.tier_versions:,} versions -> {args.user_tiers}")
+    if args.layouts:
+        from examples.layouts import LAYOUTS, with_offset_holes, write_layout
+
+        records = with_offset_holes(spark.read.format("delta").load(args.archive)).persist()
+        for layout in LAYOUTS:
+            write_layout(spark, records, layout, f"{args.layouts}/{layout}")
+            print(f"layout {layout}: -> {args.layouts}/{layout}")
+        records.unpersist()
 
 
 if __name__ == "__main__":
