@@ -43,8 +43,18 @@ def _extreme(pick: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return combine
 
 
+#: Java's long: Spark's sum of an integer column overflows out of it (ANSI mode: an error).
+_LONG = range(-(2**63), 2**63)
+LONG_OVERFLOW = "ARITHMETIC_OVERFLOW"
+
+
 def _plus(a: Any, b: Any) -> Any:
-    return b if a is None else a if b is None else a + b
+    """``+``, and Spark's error where a sum of integers leaves the long (Python's ints never
+    overflow; Flink's Java long would wrap around)."""
+    total = b if a is None else a if b is None else a + b
+    if type(total) is int and total not in _LONG:
+        raise ArithmeticError(f"[{LONG_OVERFLOW}] long overflow: {a} + {b}")
+    return total
 
 
 def _spark_min(c: Column, over: Over) -> Column:

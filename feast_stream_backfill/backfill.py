@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import reduce
+from typing import Literal
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegralType
 
-from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.aggregations import LONG_OVERFLOW, Aggregation
 from feast_stream_backfill.columns import (
     CONFLICT,
     DUPLICATE,
@@ -58,7 +61,10 @@ class StreamJob:
     ``operator_delay_ms`` is D3: from a firing to the sink's write. ``lookups`` enrich each
     record with external state before windowing, then the ``derived`` Spark SQL expressions
     are added (``{"amount_usd": "amount * rate"}``): aggregations may use both
-    (:mod:`feast_stream_backfill.enrichment`).
+    (:mod:`feast_stream_backfill.enrichment`). ``null_keys``: Flink's ``keyBy`` fails the job
+    on a record whose key is null, so the backfill refuses such an archive ("refuse"); "drop"
+    leaves those records out as a ``filter`` before ``keyBy`` would, after the source: they
+    still take processing time and move the watermark (``stats["records_null_key"]``).
     """
 
     topics: Sequence[ArchivedTopic]
@@ -73,8 +79,11 @@ class StreamJob:
     operator_delay_ms: int = 0
     lookups: Sequence[Lookup] = ()
     derived: Mapping[str, str] = field(default_factory=dict)
+    null_keys: Literal["refuse", "drop"] = "refuse"
 
     def __post_init__(self) -> None:
+        if self.null_keys not in ("refuse", "drop"):
+            raise ValueError(f"null_keys must be 'refuse' or 'drop', got {self.null_keys!r}")
         if not self.topics or not self.keys or not self.aggregations:
             raise ValueError("a StreamJob needs at least one topic, one key and one aggregation")
         if self.trigger.domain not in ("any", self.window.domain):
@@ -104,6 +113,15 @@ class StreamJob:
         added = set(enrichment_outputs(self.lookups, self.derived))
         return [c for c in dict.fromkeys(read) if c not in added]
 
+    @property
+    def archive_keys(self) -> list[str]:
+        """The key columns read from the archive (not added by enrichment)."""
+        return [k for k in self.keys if k in self.payload_columns]
+
+    def null_key(self) -> Column:
+        """True for a record whose archived key has a null column."""
+        return reduce(Column.__or__, [F.col(k).isNull() for k in self.archive_keys], F.lit(False))
+
 
 @dataclass
 class Backfill:
@@ -112,12 +130,14 @@ class Backfill:
     ``duplicates_removed`` + the ``records_<status>`` counts (on_time, late, per_record,
     dropped, pending), which count (record, window) pairs: with sliding windows a record
     counts once per window it belongs to; with lookups, + ``records_without_state`` (records
-    an inner lookup removed)."""
+    an inner lookup removed); with ``null_keys="drop"``, + ``records_null_key``.
+    ``long_sums`` describes the sums of integer columns, which can overflow a long."""
 
     emissions: DataFrame
     dropped: DataFrame
     stats: dict[str, int]
     cached: list[DataFrame] = field(default_factory=list, repr=False)
+    long_sums: list[str] = field(default_factory=list, repr=False)
 
     def release(self) -> None:
         """Free the intermediate results kept for the computation (after writing)."""
@@ -128,12 +148,34 @@ class Backfill:
         self, emissions_path: str, dropped_path: str | None = None, metadata: str = ""
     ) -> None:
         """Overwrite Delta tables in one transaction each (a rerun gives the same tables),
-        with ``metadata`` as the commits' ``userMetadata``; then :meth:`release`."""
-        for df, path in ((self.dropped, dropped_path), (self.emissions, emissions_path)):
-            if path:
-                writer = df.write.format("delta").mode("overwrite")
-                writer.option("overwriteSchema", "true").option("userMetadata", metadata).save(path)
+        with ``metadata`` as the commits' ``userMetadata``; then :meth:`release`.
+
+        A sum of an integer column that overflows a long in some window is refused with a
+        :class:`BadArchiveError` naming it (Spark's ANSI error, raised deep in a stage, names
+        neither column nor archive); Flink's Java long sum would wrap around silently."""
+        with refusing_overflow(self.long_sums):
+            for df, path in ((self.dropped, dropped_path), (self.emissions, emissions_path)):
+                if path:
+                    writer = df.write.format("delta").mode("overwrite")
+                    writer = writer.option("overwriteSchema", "true")
+                    writer.option("userMetadata", metadata).save(path)
         self.release()
+
+
+@contextmanager
+def refusing_overflow(long_sums: Sequence[str]) -> Iterator[None]:
+    """Spark's overflow error of a sum of integers (ANSI mode), or the session replay's, as a
+    :class:`BadArchiveError` naming ``long_sums``: the features that sum integer columns."""
+    try:
+        yield
+    except Exception as exc:
+        if long_sums and LONG_OVERFLOW in str(exc):
+            raise BadArchiveError(
+                f"{'; '.join(long_sums)}: a window's sum overflows a 64-bit long (Flink's "
+                "Java long sum would wrap around silently; the backfill refuses rather than "
+                "write a wrapped value): cast the column to decimal or double"
+            ) from exc
+        raise
 
 
 def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[str, int]]:
@@ -143,10 +185,16 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
     A record archived twice with different content is refused, naming the first: picking one
     would be a guess.
     """
+    refused = job.archive_keys if job.null_keys == "refuse" else []
+    numeric = [
+        a.column
+        for a in job.aggregations
+        if a.function in ("sum", "mean") and a.column in job.payload_columns
+    ]
     records = reduce(
         DataFrame.unionByName,
         [
-            read_records(spark, t, job.payload_columns).select(
+            read_records(spark, t, job.payload_columns, keys=refused, numeric=numeric).select(
                 TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns
             )
             for t in job.topics
@@ -157,6 +205,7 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         F.count(F.lit(1)).alias("records_read"),
         F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
         F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
+        F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
     ).first()
     if counts["conflicts"]:
         example = timed.where(F.col(CONFLICT)).select(TOPIC, PARTITION, OFFSET).first()
@@ -166,15 +215,20 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
             f"with different content, e.g. partition {example[PARTITION]} offset "
             f"{example[OFFSET]}; refusing to pick one"
         )
-    return timed, {
-        "records_read": counts["records_read"],
-        "duplicates_removed": counts["duplicates_removed"],
-    }
+    names = ["records_read", "duplicates_removed"]
+    names += ["records_null_key"] if job.null_keys == "drop" else []
+    return timed, {name: counts[name] for name in names}
 
 
 def distinct_records(timed: DataFrame) -> DataFrame:
     """Each record once, with its place in the processing order (the watermark's input)."""
     return timed.where(~F.col(DUPLICATE)).withColumn(POSITION, record_position())
+
+
+def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
+    """The records that reach ``keyBy``: all of them, or, with ``null_keys="drop"``, those
+    whose key has no null (the others were refused when the job does not drop them)."""
+    return distinct if job.null_keys == "refuse" else distinct.where(~job.null_key())
 
 
 def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
@@ -187,10 +241,11 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     distinct = distinct_records(timed)
     # Only enriched records are windowed, but the watermark comes from every record: in Flink
     # those an inner lookup removed had passed the source's watermark generator.
+    keyed = keyed_records(job, distinct)
     enriched = None
     if job.lookups or job.derived:
-        enriched = enrich(distinct, job.lookups, job.derived).persist(StorageLevel.MEMORY_AND_DISK)
-    kept = distinct if enriched is None else enriched
+        enriched = enrich(keyed, job.lookups, job.derived).persist(StorageLevel.MEMORY_AND_DISK)
+    kept = keyed if enriched is None else enriched
     bounds = {
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
@@ -226,19 +281,24 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         F.timestamp_millis(WINDOW_END).alias("window_end"),
         "dropped_count",
     )
-    by_status = {row[STATUS]: row["n"] for row in statuses.collect()}
-    stats = {
-        "records_read": counts["records_read"],
-        "duplicates_removed": counts["duplicates_removed"],
-        **{f"records_{s}": by_status.get(s, 0) for s in STATUSES},
-    }
+    topics = ", ".join(t.where for t in job.topics)
+    long_sums = [
+        f"{topics}: feature {a.name!r} sums integer column {a.column!r}"
+        for a in job.aggregations
+        if a.function == "sum" and isinstance(kept.schema[a.column].dataType, IntegralType)
+    ]
+    with refusing_overflow(long_sums):  # the session replay sums as it classifies
+        by_status = {row[STATUS]: row["n"] for row in statuses.collect()}
+    stats = {**counts, **{f"records_{s}": by_status.get(s, 0) for s in STATUSES}}
     if job.lookups:  # removed by an inner lookup: no state at their lookup time
         inner = any(lookup.how == "inner" for lookup in job.lookups)
-        distinct_count = counts["records_read"] - counts["duplicates_removed"]
-        stats["records_without_state"] = distinct_count - enriched.count() if inner else 0
+        keyed_count = counts["records_read"] - counts["duplicates_removed"]
+        keyed_count -= counts.get("records_null_key", 0)
+        stats["records_without_state"] = keyed_count - enriched.count() if inner else 0
     return Backfill(
         emissions=emissions,
         dropped=dropped,
         stats=stats,
         cached=[df for df in (timed, enriched, *cached) if df is not None],
+        long_sums=long_sums,
     )

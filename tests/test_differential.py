@@ -98,9 +98,9 @@ def plugin_trigger(job: Job) -> EventTimeTrigger | ProcessingTimeTrigger | PerRe
     return EventTimeTrigger(job.lateness) if job.domain == "event" else ProcessingTimeTrigger()
 
 
-def run_backfill(spark: SparkSession, records: list[Record], job: Job) -> Backfill:
-    """The job as the plugin's StreamJob, one archived topic per simulator topic; features
-    sum, min, max (the simulator's), mean and count."""
+def run_backfill(spark: SparkSession, records: list[Record], job: Job, **options) -> Backfill:
+    """The job as the plugin's StreamJob (with ``options``), one archived topic per simulator
+    topic; features sum, min, max (the simulator's), mean and count."""
     topics = []
     for name in sorted({r.topic for r in records}):
         rows = [(r.partition, r.offset, r.et, r.key, r.value) for r in records if r.topic == name]
@@ -125,6 +125,7 @@ def run_backfill(spark: SparkSession, records: list[Record], job: Job) -> Backfi
         ),
         processing_time=ProcessingTimeModel(job.min_gap, job.min_delay),
         operator_delay_ms=job.operator_delay,
+        **options,
     )
     return backfill(spark, spec)
 
@@ -137,9 +138,9 @@ def spark_backfill(spark: SparkSession, records: list[Record], job: Job):
     return log
 
 
-def spark_backfill_with_stats(spark: SparkSession, records: list[Record], job: Job):
+def spark_backfill_with_stats(spark: SparkSession, records: list[Record], job: Job, **options):
     """(emissions + (mean, count), dropped, stats)."""
-    result = run_backfill(spark, records, job)
+    result = run_backfill(spark, records, job, **options)
     emissions, dropped = collect_log(result, extra=("mean", "count"))
     result.release()
     return emissions, dropped, result.stats

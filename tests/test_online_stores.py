@@ -39,6 +39,7 @@ from feast import (
 from feast.aggregation import Aggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Bytes, Float64, Int64, String
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
@@ -121,15 +122,18 @@ def config(repo: Path, online_store: dict, logs: Path | None = None) -> RepoConf
     )
 
 
+def small_archive(spark, rows: list[tuple] = SMALL) -> DataFrame:
+    """``(offset, "hh:mm:ss" on 2026-01-01, user_id, amount)`` rows as partition 0's records."""
+    return spark.createDataFrame(
+        [(0, o, f"2026-01-01 {hms}", u, a) for o, hms, u, a in rows],
+        "partition int, offset long, ts string, user_id string, amount double",
+    ).select("partition", "offset", F.to_timestamp("ts").alias("event_time"), "user_id", "amount")
+
+
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory, spark) -> Path:
     path = tmp_path_factory.mktemp("stores_archive") / "small"
-    spark.createDataFrame(
-        [(0, o, f"2026-01-01 {hms}", u, a) for o, hms, u, a in SMALL],
-        "partition int, offset long, ts string, user_id string, amount double",
-    ).select(
-        "partition", "offset", F.to_timestamp("ts").alias("event_time"), "user_id", "amount"
-    ).write.format("delta").save(str(path))
+    small_archive(spark).write.format("delta").save(str(path))
     return path
 
 

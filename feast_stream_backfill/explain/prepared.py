@@ -14,7 +14,12 @@ from dataclasses import dataclass, field, replace
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from feast_stream_backfill.backfill import StreamJob, distinct_records, timed_records
+from feast_stream_backfill.backfill import (
+    StreamJob,
+    distinct_records,
+    keyed_records,
+    timed_records,
+)
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.enrichment import enrich
 from feast_stream_backfill.processing_time import with_processing_time
@@ -88,7 +93,8 @@ def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
 
 
 def _stages(job: StreamJob, distinct: DataFrame) -> tuple[DataFrame, DataFrame]:
-    kept = enrich(distinct, job.lookups, job.derived) if job.lookups or job.derived else distinct
+    keyed = keyed_records(job, distinct)
+    kept = enrich(keyed, job.lookups, job.derived) if job.lookups or job.derived else keyed
     return distinct, job.window.assign(kept)
 
 

@@ -60,6 +60,7 @@ def backfill_tags(
     watermark_combine: str = "min",
     idle_timeout: timedelta | None = None,
     session_gap: timedelta | None = None,
+    null_keys: str = "refuse",
 ) -> dict[str, str]:
     """Tags for a ``StreamFeatureView``: the job options Feast has no field for.
 
@@ -67,7 +68,9 @@ def backfill_tags(
     default for the domain) or "per_record" (``CountTrigger.of(1)``); ``watermark_combine``:
     "min" across partitions (Flink) or "max" (the seed's aligned-readers simplification);
     ``idle_timeout``: ``withIdleness``; ``session_gap``: session windows with that gap instead
-    of the aggregations' ``time_window``.
+    of the aggregations' ``time_window``; ``null_keys``: "refuse" an archive with a null key
+    (Flink's ``keyBy`` fails the job) or "drop" those records (a ``filter`` before ``keyBy``),
+    counted in the stats as ``records_null_key``.
     """
     optional = {"idle_timeout_ms": idle_timeout, "session_gap_ms": session_gap}
     return {
@@ -81,6 +84,7 @@ def backfill_tags(
         PREFIX + "min_gap_ms": _ms(min_gap),
         PREFIX + "min_delay_ms": _ms(min_delay),
         PREFIX + "operator_delay_ms": _ms(operator_delay),
+        PREFIX + "null_keys": null_keys,
     }
 
 
@@ -333,4 +337,5 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
         operator_delay_ms=ms("operator_delay"),
         lookups=_lookups(tags, repo_path),
         derived=_derived(tags),
+        null_keys=option("null_keys", "refuse"),  # type: ignore[arg-type]
     )
