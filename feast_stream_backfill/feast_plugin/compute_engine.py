@@ -100,6 +100,23 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def _check_ranges(tasks: list[MaterializationTask]) -> None:
+    """Feast refuses ``materialize`` with START after END, but ``materialize_incremental``
+    starts where the last materialization ended, so an earlier END inverts the range: nothing
+    in it is what the online store should hold at END. Refused, every view named."""
+    inverted = [
+        f"feature view {task.feature_view.name!r}: START {_utc(task.start_time)} is after END "
+        f"{_utc(task.end_time)}"
+        for task in tasks
+        if _utc(task.start_time) > _utc(task.end_time)
+    ]
+    if inverted:
+        raise ValueError(
+            "; ".join(inverted) + " (materialize_incremental starts where the last "
+            "materialization ended); nothing was written: give an END after START"
+        )
+
+
 class StreamBackfillComputeEngine(ComputeEngine):
     def __init__(
         self, *, repo_config: RepoConfig, offline_store: Any, online_store: Any, **kwargs: Any
@@ -142,11 +159,12 @@ class StreamBackfillComputeEngine(ComputeEngine):
         """Every view is checked before any is computed or written: one error names each view
         this plugin cannot serve (:func:`.definitions.check_supported`), then one lists every
         problem of the stream views, as ``feast apply`` would have (:mod:`.apply_checks`; the
-        command skips the engine with a sqlite online store)."""
+        command skips the engine with a sqlite online store), then every inverted range."""
         listed = [tasks] if isinstance(tasks, MaterializationTask) else tasks
         views = [task.feature_view for task in listed]
         check_supported(views)
         check_views(self.repo_config, views)
+        _check_ranges(listed)
         return super().materialize(registry, tasks, **kwargs)
 
     def _materialize_one(

@@ -403,9 +403,16 @@ class StreamBackfillOfflineStore(OfflineStore):
         entityless view joins on time alone (Feast's ``__dummy_id``, not in the result).
 
         Without an entity_df (``start_date``/``end_date``), the rows are every ``(key,
-        instant)`` at which a requested view's value changed in the range, in time order.
+        instant)`` at which a requested view's value changed in the range (closed: a range of
+        one instant gives the changes at that instant), in time order; a start after the end is
+        refused before anything is computed.
         """
         check_supported(feature_views)
+        start, end = compute_non_entity_date_range(
+            feature_views, kwargs.get("start_date"), kwargs.get("end_date")
+        )
+        if entity_df is None and start > end:
+            raise ValueError(f"get_historical_features: start_date {start} is after end_date {end}")
         spark = spark_for(config)
         views = []
         for view in feature_views:
@@ -413,9 +420,6 @@ class StreamBackfillOfflineStore(OfflineStore):
             wanted = [r.split(":", 1)[1] for r in feature_refs if r.split(":", 1)[0] == prefix]
             views.append((view, prefix, wanted, _view_rows(config, view, wanted)))
         if entity_df is None:
-            start, end = compute_non_entity_date_range(
-                feature_views, kwargs.get("start_date"), kwargs.get("end_date")
-            )
             ts = DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL
             entity = _date_range_spine([rows for *_, rows in views], start, end, ts)
             keys = [c for c in entity.columns if c not in (ts, DUMMY_ENTITY_ID)]
