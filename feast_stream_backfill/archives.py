@@ -52,22 +52,37 @@ class Archive(Protocol):
 
 @dataclass(frozen=True)
 class DeltaArchive:
-    """A Delta table (local or ``s3a://``); its version is Delta's commit version."""
+    """A Delta table (local or ``s3a://``); its version is Delta's commit version.
+
+    ``as_of`` reads that commit version (time travel) rather than the latest: a DataFrame over
+    the latest version reads whatever is the latest at each Spark action, so a backfill's
+    actions could otherwise see different versions
+    (:func:`~feast_stream_backfill.emission_store.pinned`)."""
 
     path: str
+    as_of: int | None = None
 
     @property
     def where(self) -> str:
-        return self.path
+        return self.path if self.as_of is None else f"{self.path} at version {self.as_of}"
 
     def read(self, spark: SparkSession) -> DataFrame:
+        reader = spark.read.format("delta")
+        if self.as_of is not None:
+            reader = reader.option("versionAsOf", self.as_of)
         try:
-            return spark.read.format("delta").load(self.path)
+            return reader.load(self.path)
         except Exception as exc:  # Spark raises AnalysisException with a long JVM trace
             raise BadArchiveError(f"cannot read it as a Delta table: {exc}") from exc
 
     def version(self, spark: SparkSession) -> str | None:
+        if self.as_of is not None:
+            return f"delta:{self.as_of}"
         return f"delta:{DeltaTable.forPath(spark, self.path).history(1).first()['version']}"
+
+    def pinned(self, version: str) -> DeltaArchive:
+        """This table at ``version`` (what :meth:`version` said)."""
+        return DeltaArchive(self.path, int(version.removeprefix("delta:")))
 
 
 @dataclass(frozen=True)
@@ -227,7 +242,8 @@ class SinkConnectorArchive:
         if isinstance(kind, IntegralType):
             return F.timestamp_millis(F.col(column)).alias(column)
         if isinstance(kind, StringType):
-            return F.to_timestamp(F.col(column)).alias(column)
+            # Unparsable text becomes null, which read_records reports with its place.
+            return F.try_to_timestamp(F.col(column)).alias(column)
         if isinstance(kind, TimestampType):
             return F.col(column)
         raise BadArchiveError(

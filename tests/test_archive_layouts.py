@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from examples.generate import archive_frame
 from examples.layouts import LAYOUTS, archived_topic, with_offset_holes, write_layout
@@ -124,6 +125,24 @@ def test_file_names_are_checked(spark, tmp_path):
     empty = ArchivedTopic("t", archive=SinkConnectorArchive(str(tmp_path), "other", "json"))
     with pytest.raises(BadArchiveError, match=r"archived topic 't' \(json sink-connector files"):
         empty.load(spark)
+
+
+def test_json_event_time_as_text_and_what_is_refused(spark, tmp_path):
+    folder = tmp_path / "topics" / "t" / "partition=2"
+    folder.mkdir(parents=True)
+    (folder / "t+2+0000000007.json").write_text(
+        '{"at": "2026-01-01T00:00:01.500Z", "user_id": "a", "amount": 1.5}\n'
+        '{"at": "2026-01-01T01:00:00+01:00", "user_id": "b", "amount": 2.5}\n'
+    )
+    sink = SinkConnectorArchive(str(tmp_path), "t", "json", timestamp_field="at")
+    read = sink.read(spark).select("partition", "offset", F.unix_millis("at"), "user_id")
+    assert rows(read) == [(2, 7, 1_767_225_601_500, "a"), (2, 8, 1_767_225_600_000, "b")]
+    amount_as_time = SinkConnectorArchive(str(tmp_path), "t", "json", timestamp_field="amount")
+    with pytest.raises(BadArchiveError, match="timestamp_field 'amount' has type double"):
+        amount_as_time.read(spark)
+    (folder / "t+2+0000000009.json").write_text('{"at": "x", "user_id": "c", "offset": 9}\n')
+    with pytest.raises(BadArchiveError, match="have a field 'offset'.* name it as offset_field"):
+        sink.read(spark)
 
 
 def test_the_fingerprint_follows_each_layout(spark, written):
