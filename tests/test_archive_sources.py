@@ -66,7 +66,7 @@ def spark_source(**options) -> SparkSource:
         (
             spark_source(path="s3a://b/clicks", file_format="avro"),
             None,
-            TableArchive(path="s3a://b/clicks", format="avro"),
+            TableArchive(path="s3a://b/clicks", format="org.apache.spark.sql.avro.AvroFileFormat"),
         ),
         (
             spark_source(path="db.clicks", table_format=IcebergFormat(properties={"a": "1"})),

@@ -26,7 +26,12 @@ from feast.data_format import DeltaFormat, ParquetFormat
 from feast.data_source import DataSource
 from feast.infra.offline_stores.contrib.spark_offline_store.spark_source import SparkSource
 
-from feast_stream_backfill.archives import Archive, SinkConnectorArchive, TableArchive
+from feast_stream_backfill.archives import (
+    SPARK_FORMATS,
+    Archive,
+    SinkConnectorArchive,
+    TableArchive,
+)
 from feast_stream_backfill.feast_plugin.conventions import PREFIX, resolve_path
 
 SINK = PREFIX + "sink."
@@ -116,7 +121,10 @@ def archive_of(
             timestamp_field=source.timestamp_field,
             schema=tags.get(SINK + "schema"),
         )
-    return None, TableArchive(path=path, format=source.file_format)
+    # Spark names avro's built-in reader by its class (no spark-avro jar for Spark 4.2).
+    return None, TableArchive(
+        path=path, format=SPARK_FORMATS.get(source.file_format, source.file_format)
+    )
 
 
 def _is_sink(tags: Mapping[str, str]) -> bool:
