@@ -54,6 +54,21 @@ def collect_log(result, extra: Sequence[str] = ()) -> tuple[list[tuple], dict[tu
     return emissions, dropped
 
 
+def feature_store_yaml(project: str, redis_server: str) -> str:
+    """A feature repo's ``feature_store.yaml``: the plugin's offline store and compute engine,
+    a real redis-server online."""
+    return f"""project: {project}
+provider: local
+registry: data/registry.db
+entity_key_serialization_version: 3
+online_store: {{type: redis, connection_string: "{redis_server}"}}
+offline_store:
+  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
+batch_engine:
+  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
+"""
+
+
 @pytest.fixture
 def make_archive(spark):
     return lambda rows, key="user": archive(spark, rows, key)

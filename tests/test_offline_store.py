@@ -59,6 +59,7 @@ from feast_stream_backfill.feast_plugin.offline_store import (
     StreamBackfillOfflineStore,
     emissions_for,
 )
+from tests.conftest import feature_store_yaml
 
 
 def t(hms: str) -> datetime:
@@ -204,18 +205,7 @@ def definitions() -> list:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, spark, redis_server) -> FeatureStore:
     path = tmp_path_factory.mktemp("offline_repo")
-    (path / "feature_store.yaml").write_text(
-        f"""project: offline
-provider: local
-registry: data/registry.db
-entity_key_serialization_version: 3
-online_store: {{type: redis, connection_string: "{redis_server}"}}
-offline_store:
-  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
-batch_engine:
-  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
-"""
-    )
+    (path / "feature_store.yaml").write_text(feature_store_yaml("offline", redis_server))
     spark.createDataFrame(
         ARCHIVE,
         "partition int, offset long, at string, user_id string, merchant_id string, amount double",

@@ -28,6 +28,8 @@ from feast.infra.offline_stores.file_source import FileLoggingDestination, Saved
 from feast.types import Float64, Int64
 from pyspark.sql import functions as F
 
+from tests.conftest import feature_store_yaml
+
 
 def t(hms: str) -> datetime:
     return datetime.fromisoformat(f"2026-01-01T{hms}+00:00")
@@ -36,18 +38,7 @@ def t(hms: str) -> datetime:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, spark, redis_server) -> FeatureStore:
     path = tmp_path_factory.mktemp("contract_repo")
-    (path / "feature_store.yaml").write_text(
-        f"""project: contract
-provider: local
-registry: data/registry.db
-entity_key_serialization_version: 3
-online_store: {{type: redis, connection_string: "{redis_server}"}}
-offline_store:
-  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
-batch_engine:
-  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
-"""
-    )
+    (path / "feature_store.yaml").write_text(feature_store_yaml("contract", redis_server))
 
     def stamp(column: str):
         return F.to_timestamp(F.concat(F.lit("2026-01-01 "), F.col(column)))

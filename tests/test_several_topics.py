@@ -61,6 +61,7 @@ from feast_stream_backfill.feast_plugin import (
     topics_tags,
 )
 from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from tests.conftest import feature_store_yaml
 from tests.test_apply_checks import problems, repo_config, stream_view, write_archive
 
 CARD = [
@@ -183,18 +184,7 @@ def write_sink_files(folder, rows, flushes: list[tuple[int, int]]) -> None:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, spark, redis_server) -> Iterator[FeatureStore]:
     path = tmp_path_factory.mktemp("topics_repo")
-    (path / "feature_store.yaml").write_text(
-        f"""project: topics
-provider: local
-registry: data/registry.db
-entity_key_serialization_version: 3
-online_store: {{type: redis, connection_string: "{redis_server}"}}
-offline_store:
-  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
-batch_engine:
-  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
-"""
-    )
+    (path / "feature_store.yaml").write_text(feature_store_yaml("topics", redis_server))
     records(spark, CARD).write.format("delta").save(str(path / "data/archive/card"))
     records(spark, WALLET).write.format("delta").save(str(path / "data/archive/wallet"))
     records(spark, CARD).write.parquet(str(path / "data/card_table"))

@@ -54,6 +54,7 @@ from pyspark.sql.types import DoubleType, TimestampType
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, stream_job
 from feast_stream_backfill.feast_plugin.offline_store import StreamBackfillOfflineStore
 from feast_stream_backfill.feast_plugin.transformations import view_udf
+from tests.conftest import feature_store_yaml
 
 ARCHIVE = [
     (0, 0, "10:00:10", "u1", 1.0, "EUR"),
@@ -161,18 +162,7 @@ def definitions() -> list:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, spark, redis_server) -> FeatureStore:
     path = tmp_path_factory.mktemp("kinds_repo")
-    (path / "feature_store.yaml").write_text(
-        f"""project: kinds
-provider: local
-registry: data/registry.db
-entity_key_serialization_version: 3
-online_store: {{type: redis, connection_string: "{redis_server}"}}
-offline_store:
-  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
-batch_engine:
-  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
-"""
-    )
+    (path / "feature_store.yaml").write_text(feature_store_yaml("kinds", redis_server))
     stamp = F.to_timestamp(F.concat(F.lit("2026-01-01 "), F.col("at")))
     spark.createDataFrame(
         ARCHIVE,
