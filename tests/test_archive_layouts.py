@@ -80,6 +80,17 @@ def test_every_layout_reads_the_same_records(spark, written):
     assert len(offsets) < max(offsets) + 1, "the topic has offset holes"
     for layout, topic in written.items():
         assert records_of(spark, topic) == expected, layout
+    # Splits of 256 bytes: JSON files (~1.4 kB) are read by several tasks each, and a row's
+    # place in its file still follows from the split's start and its order in the task.
+    previous = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "256")
+    try:
+        folder = written["sink-json"].archive.folder
+        scan = spark.read.options(recursiveFileLookup="true").json(folder)
+        assert scan.rdd.getNumPartitions() > 2 * len(scan.inputFiles())
+        assert records_of(spark, written["sink-json"]) == expected
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", previous)
 
 
 def test_every_layout_gives_the_delta_emission_log(spark, written):
