@@ -141,7 +141,7 @@ def definitions() -> list:
         path="data/sink",
         file_format="json",
         timestamp_field="event_time",  # epoch milliseconds, as Connect's JsonConverter writes
-        tags=sink_connector_tags(),
+        tags=sink_connector_tags(schema="user_id string, amount double, event_time long"),
     )
     return [
         USER,
