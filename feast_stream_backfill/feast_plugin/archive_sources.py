@@ -53,8 +53,12 @@ def sink_connector_tags(
     otherwise a file's start offset plus the row's place in it), ``schema`` (Spark DDL: JSON
     is then read without inferring its schema, a full pass). The source's ``timestamp_field``
     is the event time: a timestamp, epoch milliseconds or an ISO-8601 string."""
-    options = {"topic": topic, "topics_dir": topics_dir, "offset_field": offset_field}
-    options["schema"] = schema
+    options = {
+        "topic": topic,
+        "topics_dir": topics_dir,
+        "offset_field": offset_field,
+        "schema": schema,
+    }
     return {SINK + name: value for name, value in options.items() if value is not None}
 
 

@@ -60,8 +60,8 @@ def _declaration(source: KafkaSource) -> DataSourceProto:
 
 
 def job_sources(view: StreamFeatureView) -> list[KafkaSource]:
-    """The view's ``KafkaSource``, then those of its :func:`topics_tags` by name; a
-    ``ValueError`` names a tag that does not hold one."""
+    """The view's ``KafkaSource``, then those of its :func:`topics_tags` in the order of
+    their names; a ``ValueError`` names a tag that does not hold one."""
     others = []
     for key, text in sorted(view.tags.items()):
         if not key.startswith(TOPIC):
