@@ -259,8 +259,8 @@ class SinkConnectorArchive:
 @dataclass(frozen=True)
 class TableArchive:
     """A table the session's catalog knows (``table``: Hive, Iceberg, Delta by name, ...) or
-    a path read with a Spark ``format`` (``"parquet"``, ``"orc"``, ``"delta"``, ...) and
-    reader ``options``.
+    a path read with a Spark ``format`` (``"parquet"``, ``"orc"``, ``"delta"``, ``"avro"``
+    (Spark's built-in class, see :data:`SPARK_FORMATS`), ...) and reader ``options``.
 
     Version: Delta's commit version for Delta tables, otherwise a digest of the files under
     the table's location (names, sizes, modification times); None for a catalog object
@@ -287,7 +287,8 @@ class TableArchive:
         try:
             if self.table is not None:
                 return spark.read.options(**self.options).table(self.table)
-            return spark.read.format(self.format).options(**self.options).load(self.path)
+            reader = spark.read.format(SPARK_FORMATS.get(self.format, self.format))
+            return reader.options(**self.options).load(self.path)
         except Exception as exc:
             raise BadArchiveError(f"cannot read it: {exc}") from exc
 

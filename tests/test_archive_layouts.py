@@ -181,6 +181,12 @@ def test_delta_by_table_name_has_its_version(spark, written, tmp_path):
         spark.sql("DROP TABLE transactions_delta")
 
 
+def test_avro_by_path_and_format(spark, written):
+    folder = written["sink-avro"].archive.folder
+    avro = TableArchive(path=folder, format="avro", options={"recursiveFileLookup": "true"})
+    assert avro.read(spark).count() == written["sink-avro"].load(spark).count()
+
+
 def test_iceberg_table(spark, written, tmp_path):
     try:
         spark.sparkContext._jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkCatalog")
