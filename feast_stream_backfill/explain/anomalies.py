@@ -15,9 +15,10 @@
   the window size) above it; how long in all, and its longest stretch.
 - **Silent periods**: per partition, gaps of more than ``silence_ms`` between successive
   records' processing times (default: the idle timeout T, else 5 minutes).
-- **Duplicates** (same topic, partition and offset: counted once) and **null keys**: the core
-  windows records with a null key under a null key, like any other value (a Spark group), and
-  writes them to the log; counted here so that they are seen.
+- **Duplicates** (same topic, partition and offset: counted once) and **null keys**: the
+  backfill refuses records with a null key (Flink's ``keyBy`` fails the job) unless the job
+  drops them (``null_keys="drop"``, a filter before ``keyBy``); explained here as dropped, and
+  counted so that they are seen.
 """
 
 from __future__ import annotations

@@ -84,8 +84,10 @@ class Prepared:
 
 def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
     """Read, time, deduplicate, enrich and assign windows once, with :func:`backfill`'s own
-    first stages."""
+    first stages. Records with a null key are left out of the windows as ``null_keys="drop"``
+    leaves them, not refused: the anomaly report counts them."""
     check_explainable(job)
+    job = replace(job, null_keys="drop")
     timed, counts = timed_records(spark, job)
     distinct, windowed = _stages(job, distinct_records(timed))
     windowed.persist(StorageLevel.MEMORY_AND_DISK)

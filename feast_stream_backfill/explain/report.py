@@ -108,7 +108,10 @@ def findings(found: Anomalies) -> list[str]:
     if found.duplicates:
         lines.append(f"{found.duplicates:,} records archived twice (each counted once).")
     if found.null_keys:
-        lines.append(f"{found.null_keys:,} records with a null key (windowed under a null key).")
+        lines.append(
+            f"{found.null_keys:,} records with a null key (the backfill refuses them unless "
+            "null_keys='drop', which drops them as a filter before keyBy would)."
+        )
     return lines
 
 
