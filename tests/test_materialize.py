@@ -45,6 +45,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin.compute_engine import _write_partition
 from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from tests.bulk_repo import write_bulk_archive
 from tests.conftest import _free_port
 
 FEAST = str(Path(sys.executable).parent / "feast")
@@ -142,8 +143,13 @@ def t(hms: str) -> datetime:
 class RedisServer:
     """A redis-server of our own, which a test may kill and restart (with its append-only file)."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.port, self.dir = _free_port(), workdir
+    def __init__(
+        self, workdir: Path, *args: str, port: int | None = None, **client: object
+    ) -> None:
+        """``args``: more redis-server options (they override the defaults: ``--port 0
+        --tls-port PORT`` for TLS only); ``client``: redis-py options of the test's client."""
+        self.port, self.dir = port or _free_port(), workdir
+        self.args, self.client_options = args, client
         workdir.mkdir(parents=True, exist_ok=True)
         self.address = f"127.0.0.1:{self.port}"
         self.start()
@@ -152,9 +158,9 @@ class RedisServer:
         exe = shutil.which("redis-server")
         assert exe, "redis-server is not installed: run scripts/setup.sh"
         args = ["--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir)]
-        args += ["--save", "", "--appendonly", "yes"]
+        args += ["--save", "", "--appendonly", "yes", *self.args]
         self.proc = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL)
-        self.client = redis.Redis(host="127.0.0.1", port=self.port)
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, **self.client_options)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -249,20 +255,7 @@ def repo(tmp_path_factory, spark):
         F.to_timestamp("e").alias("event_ts"),
         F.to_timestamp("c").alias("created"),
     ).write.format("delta").save(str(path / "data/profile"))
-    # BULK_USERS users with one record each in [10:00, 10:01); one record at 10:05 in each of
-    # the two partitions then fires that window.
-    start = int(t("10:00:00").timestamp() * 1000)
-    spark.range(BULK_USERS + 2).select(
-        (F.col("id") % 2).cast("int").alias("partition"),
-        (F.col("id") / 2).cast("long").alias("offset"),
-        F.timestamp_millis(
-            F.when(F.col("id") < BULK_USERS, F.lit(start) + F.col("id") % 60_000).otherwise(
-                F.lit(start + 300_000)
-            )
-        ).alias("event_time"),
-        F.format_string("user%07d", "id").alias("user_id"),
-        (F.col("id") % 100).cast("double").alias("amount"),
-    ).write.format("delta").save(str(path / "data/archive/bulk"))
+    write_bulk_archive(spark, str(path / "data/archive/bulk"), BULK_USERS)
     os.environ["FSB_REDIS"] = "127.0.0.1:1"
     subprocess.run([FEAST, "apply"], cwd=path, check=True, capture_output=True, timeout=600)
     return path
@@ -526,9 +519,9 @@ def test_a_partition_writes_all_its_batches_on_one_connection(repo, servers):
     before = server.client.info("stats")["total_connections_received"]
     written, partitions = _Counter(), _Counter()
     config, proto = dill.dumps(store.config), view.to_proto().SerializeToString()
-    out = list(_write_partition(config, proto, True, written, partitions, iter(batches)))
+    out = list(_write_partition(config, proto, True, 1, written, partitions, iter(batches)))
     assert server.client.info("stats")["total_connections_received"] - before == 1
-    assert out[0].to_pydict() == {"written": [500]}
+    assert out[0].to_pydict() == {"written": [500], "error": [None]}
     assert (written.value, partitions.value, server.client.dbsize()) == (500, 1, 500)
 
 

@@ -18,6 +18,7 @@ such as sqlite, from the driver (:mod:`.online_writer`); a rerun writes the same
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -34,8 +35,9 @@ from feast.infra.common.materialization_job import (
 )
 from feast.infra.compute_engines.base import ComputeEngine
 from feast.repo_config import FeastConfigBaseModel, RepoConfig
+from pyspark import TaskContext
 from pyspark.accumulators import Accumulator
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
@@ -206,34 +208,64 @@ def _view_from_proto(view_bytes: bytes, stream: bool) -> FeatureView:
     return FeatureView.from_proto(ViewProto.FromString(view_bytes), skip_udf=True)
 
 
+#: What each Spark partition's writer reports: its rows written (or already up to date) and,
+#: when it failed on its last attempt, the error.
+_REPORT = pa.schema([("written", pa.int64()), ("error", pa.string())])
+_REPORT_DDL = "written long, error string"
+
+
+def _task_attempts(spark: SparkSession) -> int:
+    """How many times Spark runs a failing task: once in local mode (``local[N, F]``: F),
+    else ``spark.task.maxFailures``."""
+    master = spark.sparkContext.master
+    retries = re.fullmatch(r"local\[[^,\]]+,\s*(\d+)\]", master)
+    if retries:
+        return int(retries[1])
+    if master == "local" or master.startswith("local["):
+        return 1
+    return int(spark.conf.get("spark.task.maxFailures", "4"))
+
+
 def _write_partition(
     config_bytes: bytes,
     view_bytes: bytes,
     stream: bool,
+    attempts: int,
     written: Accumulator,
     partitions: Accumulator,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """Runs on an executor: one Redis connection for the whole Spark partition, Feast's bytes
     (its own ``online_write_batch`` where the batch writer does not cover the store or types:
-    any network store)."""
+    any network store).
+
+    A failure raises while Spark will run the task again; on the last attempt it is reported
+    with the rows written so far instead, so that the driver can say how many keys the store
+    got (a failed task's accumulators are dropped)."""
     repo_config = dill.loads(config_bytes)
     fv = _view_from_proto(view_bytes, stream)
-    rows = 0
-    if supports(repo_config, fv):
-        writer = RedisBatchWriter(repo_config, fv, fv.batch_source.timestamp_field)
-        try:
-            for batch in batches:
-                writer.write(batch)
-                rows += batch.num_rows
-            writer.flush()
-        finally:
-            writer.close()
-    else:
-        rows = sum(write_with_feast(repo_config, fv, batches))
+    rows, error = 0, None
+    try:
+        if supports(repo_config, fv):
+            writer = RedisBatchWriter(repo_config, fv, fv.batch_source.timestamp_field)
+            try:
+                for batch in batches:
+                    writer.write(batch)
+                writer.flush()
+            finally:
+                rows = writer.rows_done
+                writer.close()
+        else:
+            for n in write_with_feast(repo_config, fv, batches):
+                rows += n
+    except Exception as exc:
+        task = TaskContext.get()
+        if task is not None and task.attemptNumber() + 1 < attempts:
+            raise
+        error = f"{type(exc).__name__}: {exc}"
     written.add(rows)
     partitions.add(1)
-    yield pa.RecordBatch.from_pydict({"written": [rows]})
+    yield pa.RecordBatch.from_pydict({"written": [rows], "error": [error]}, schema=_REPORT)
 
 
 def write_online(
@@ -268,12 +300,21 @@ def write_online(
     context = rows.sparkSession.sparkContext
     written, partitions = context.accumulator(0), context.accumulator(0)
     stream = isinstance(view, StreamFeatureView)
-    writer = partial(_write_partition, config_bytes, view_bytes, stream, written, partitions)
+    attempts = _task_attempts(rows.sparkSession)
+    writer = partial(
+        _write_partition, config_bytes, view_bytes, stream, attempts, written, partitions
+    )
     with Progress(view.name, written, partitions, tqdm_builder):
         try:
-            total = rows.mapInArrow(writer, "written long").agg(F.sum("written")).first()[0]
+            total, error = (
+                rows.mapInArrow(writer, _REPORT_DDL)
+                .agg(F.sum("written"), F.first("error", ignorenulls=True))
+                .first()
+            )
         except Exception as exc:
             raise write_failed(view.name, config, written.value, exc) from exc
+    if error is not None:
+        raise write_failed(view.name, config, int(total), RuntimeError(error))
     return int(total or 0)
 
 

@@ -56,7 +56,7 @@ def store_address(config: RepoConfig) -> str:
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             if field == "host" and getattr(store, "port", None):
                 text = f"{text}:{store.port}"
-            return _without_credentials(text)
+            return without_credentials(text)
     return "(no address configured)"
 
 
@@ -64,7 +64,7 @@ def store_kind(config: RepoConfig) -> str:
     return f"{config.online_store.type} online store"
 
 
-def _without_credentials(text: str) -> str:
+def without_credentials(text: str) -> str:
     """``user:password@`` of a URL and ``password=...``-like parts of a connection string
     removed."""
     text = re.sub(r"//[^/@]*@", "//", text)
@@ -92,9 +92,9 @@ def check_online_store(config: RepoConfig, online_store: object) -> None:
 def write_failed(view: str, config: RepoConfig, written: int, exc: BaseException) -> Exception:
     return OnlineStoreWriteError(
         f"writing {view!r} to the online store at {store_address(config)!r} failed part-way "
-        f"({store_kind(config)}; at least {written:,} keys were written); the "
-        f"interval is not recorded as materialized: rerun materialize once the store is back "
-        f"(rewrites are idempotent). Cause: {_cause(exc)}"
+        f"({store_kind(config)}; at least {written:,} keys were written or already up to "
+        f"date); the interval is not recorded as materialized: rerun materialize once the "
+        f"store is back (rewrites are idempotent). Cause: {_cause(exc)}"
     )
 
 

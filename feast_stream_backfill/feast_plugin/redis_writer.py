@@ -33,6 +33,8 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from feast_stream_backfill.feast_plugin.online_writer import without_credentials
+
 #: Feast value type -> (Value proto field number, wire type) for the supported features.
 _FEATURE_FIELDS = {
     ValueType.STRING: (2, 2),
@@ -169,12 +171,15 @@ class RedisBatchWriter:
         self._project = config.project.encode()
         self._dedup = not store.skip_dedup
         self._ttl = store.key_ttl_seconds
-        self.address = store.connection_string
+        self.address = without_credentials(store.connection_string)
         self._client = Redis(**_connection_kwargs(store.connection_string))
         self._connection = None
         self._chunk, self._buffer = bytearray(1 << 20), bytearray()
         self._expected: deque[tuple[str, int]] = deque()  # reply groups owed, in send order
         self._pending: tuple | None = None  # a batch whose HMGET replies are not read yet
+        self._replies_per_row = 2 if self._ttl else 1  # HSET (and EXPIRE)
+        #: Rows settled: written (Redis acknowledged the ``HSET``) or skipped (stored as new).
+        self.rows_done = 0
 
     def _redis_keys(self, batch: pa.RecordBatch) -> pa.Array:
         if any(batch.column(k).null_count for k, _ in self._keys):
@@ -223,6 +228,7 @@ class RedisBatchWriter:
                 previous = Timestamp.FromString(stored)
                 previous_nanos = previous.seconds * 1_000_000_000 + previous.nanos
                 newer[i] = not (previous_nanos and nanos[i] <= previous_nanos)
+        self.rows_done += n - int(newer.sum())
         if not newer.all():
             mask = pa.array(newer)
             batch, keys, stamps = batch.filter(mask), keys.filter(mask), stamps.filter(mask)
@@ -240,13 +246,11 @@ class RedisBatchWriter:
         for (name, value_type), field in zip(self._features, self._field_keys, strict=True):
             values = _value_proto(batch.column(name), value_type)
             parts += [_const_bulk(field), *_bulk(values)]
-        replies_per_row = 1
         if self._ttl:
             parts += [b"*3\r\n$6\r\nEXPIRE\r\n", *_bulk(keys), _const_bulk(b"%d" % self._ttl)]
-            replies_per_row = 2
         # Not waited for here: Redis runs these while the next batch is encoded.
         self._send(_join(*parts))
-        self._expected.append((_COUNTS, batch.num_rows * replies_per_row))
+        self._expected.append((_COUNTS, batch.num_rows * self._replies_per_row))
 
     def _send(self, commands: pa.Array) -> None:
         """Send the commands as one buffer (the Arrow array's data, no copy)."""
@@ -285,7 +289,8 @@ class RedisBatchWriter:
         expected, counted with numpy, not parsed one by one; any other line is an error.
 
         Replies arrive in order, so once the buffer holds as many lines as are owed, the first
-        that many are these replies (or an error in their place)."""
+        that many are these replies (or an error in their place). Rows whose ``HSET`` succeeded
+        count in :attr:`rows_done`, also when another failed (Redis full: ``OOM``)."""
         owed = 0
         while self._expected and self._expected[0][0] == _COUNTS:
             owed += self._expected.popleft()[1]
@@ -296,9 +301,11 @@ class RedisBatchWriter:
         data = np.frombuffer(bytes(self._buffer), np.uint8)
         ends = np.flatnonzero(data == 10)[:owed]
         starts = np.concatenate([[0], ends[:-1] + 1])
-        bad = np.flatnonzero(data[starts] != ord(":"))
-        if len(bad):
-            line = bytes(self._buffer[starts[bad[0]] : ends[bad[0]]])
+        ok = data[starts] == ord(":")
+        self.rows_done += int(ok[:: self._replies_per_row].sum())  # each row's HSET reply
+        if not ok.all():
+            first = np.flatnonzero(~ok)[0]
+            line = bytes(self._buffer[starts[first] : ends[first]])
             raise ResponseError(line.decode(errors="replace").strip())
         del self._buffer[: ends[-1] + 1]
 
