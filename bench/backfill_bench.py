@@ -84,8 +84,9 @@ KINDS = {
 }
 
 
-def plugin(spark, path: str, kind: str = "tumbling") -> None:
-    job = StreamJob(
+def bench_job(path: str, kind: str = "tumbling") -> StreamJob:
+    """The job timed for ``kind``: 5-minute windows and B = 5 s unless the kind says else."""
+    return StreamJob(
         topics=[ArchivedTopic("transactions", path=path)],
         keys=["user_id"],
         aggregations=AGGREGATIONS,
@@ -95,7 +96,10 @@ def plugin(spark, path: str, kind: str = "tumbling") -> None:
             **KINDS[kind],
         },
     )
-    result = backfill(spark, job)
+
+
+def plugin(spark, path: str, kind: str = "tumbling") -> None:
+    result = backfill(spark, bench_job(path, kind))
     result.emissions.write.format("noop").mode("overwrite").save()
     result.dropped.write.format("noop").mode("overwrite").save()
     result.release()  # or the next run would read this one's cached processing times
