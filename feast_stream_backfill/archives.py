@@ -178,7 +178,7 @@ class SinkConnectorArchive:
             files = reader.load(self.folder)
         except Exception as exc:
             raise BadArchiveError(f"cannot read the files (are there any?): {exc}") from exc
-        self._check_names(files.inputFiles())
+        self._check_names([path for path, _, _ in _listing(files)])
         payload = files.columns
         if self.offset_field is None and "offset" in payload:
             raise BadArchiveError(
@@ -314,16 +314,22 @@ _FILE_STATUS = re.compile(r"path=(.*?); isDirectory=false; length=(\d+);.*?modif
 
 def file_listing_digest(spark: SparkSession, folder: str, glob: str = "*") -> str | None:
     """A digest of every file under ``folder`` named ``glob``: paths, sizes, modification
-    times, from Spark's own listing (its file index, as a scan would plan it) brought to the
-    driver in one call and parsed there: no Spark job, no call per file, so 100k files
-    cost a listing. None when the folder cannot be listed: the read then says why."""
+    times, from Spark's own listing (:func:`_listing`): no Spark job, no call per file, so
+    100k files cost a listing. None when the folder cannot be listed: the read says why."""
     reader = spark.read.format("binaryFile").options(
         recursiveFileLookup="true", pathGlobFilter=glob
     )
     try:
-        index = reader.load(folder)._jdf.queryExecution().analyzed().relation().location()
+        files = sorted(_listing(reader.load(folder)))
     except Exception:  # AnalysisException: no such folder
         return None
-    files = sorted(_FILE_STATUS.findall(index.allFiles().mkString("\n")))
     digest = hashlib.sha256(repr(files).encode()).hexdigest()
     return f"files:{len(files)}:{digest}"
+
+
+def _listing(files: DataFrame) -> list[tuple[str, str, str]]:
+    """``(path, length, modification time)`` of each file Spark listed for a file source's
+    read, from its file index in one call to the JVM (pyspark's ``inputFiles()`` makes one
+    per file: 4.7 s at 100k files)."""
+    index = files._jdf.queryExecution().analyzed().relation().location()
+    return _FILE_STATUS.findall(index.allFiles().mkString("\n"))
