@@ -20,22 +20,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
+from tests.conftest import feature_store_yaml
 
 START = datetime.fromisoformat("2026-01-01T10:00:00+00:00")
 END = START + timedelta(hours=1)
-
-YAML = """project: {project}
-provider: local
-registry: data/registry.db
-entity_key_serialization_version: 3
-online_store: {{type: redis, connection_string: "${{FSB_REDIS}}"}}
-offline_store:
-  type: feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflineStore
-  emission_log_path: data/emission_log
-  spark_conf: {{spark.sql.shuffle.partitions: "4"}}
-batch_engine:
-  type: feast_stream_backfill.feast_plugin.compute_engine.StreamBackfillComputeEngine
-"""
 
 
 def write_bulk_archive(spark: SparkSession, path: str, users: int) -> None:
@@ -98,7 +86,7 @@ def objects(archive: str) -> list:
 def make_repo(spark: SparkSession, path: Path, users: int, project: str) -> FeatureStore:
     """The repository at ``path``, applied (registry written); the store it opens."""
     (path / "data").mkdir(parents=True, exist_ok=True)
-    (path / "feature_store.yaml").write_text(YAML.format(project=project))
+    (path / "feature_store.yaml").write_text(feature_store_yaml(project, "${FSB_REDIS}"))
     archive = str(path / "data" / "archive")
     write_bulk_archive(spark, archive, users)
     store = FeatureStore(repo_path=str(path))

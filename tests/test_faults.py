@@ -1,7 +1,8 @@
 """Faults, with the real parts: a Redis that fills up, two materializations at once, an archive
 that gains a Delta version while a backfill reads it, the driver killed while it writes the
-emission log. (A Redis killed mid-materialize: ``test_materialize``; an executor killed
-mid-backfill on a Spark cluster: ``bench/executor_fault.py``, on demand.)
+emission log (on demand, ``FSB_FRESH_PROCESS_TESTS=1``: a driver process of its own). (A Redis
+killed mid-materialize: ``test_materialize``; an executor killed mid-backfill on a Spark
+cluster: ``bench/executor_fault.py``, on demand.)
 
 The Feast repository (:mod:`tests.bulk_repo`): ``USERS`` users with one record each in one
 1-minute window, so each view writes one Redis key per user.
@@ -244,6 +245,10 @@ emission_store.ensure_emission_log(spark, archive_job(archive), log)
 """
 
 
+@pytest.mark.skipif(
+    not os.environ.get("FSB_FRESH_PROCESS_TESTS"),
+    reason="starts a driver process of its own (a Spark JVM, 25-65 s): FSB_FRESH_PROCESS_TESTS=1",
+)
 def test_the_driver_killed_while_committing_the_emission_log_leaves_the_previous_version(
     spark, tmp_path
 ):

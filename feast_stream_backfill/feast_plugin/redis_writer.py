@@ -306,7 +306,7 @@ class RedisBatchWriter:
         if not ok.all():
             first = np.flatnonzero(~ok)[0]
             line = bytes(self._buffer[starts[first] : ends[first]])
-            raise ResponseError(line.decode(errors="replace").strip())
+            raise ResponseError(line.removeprefix(b"-").decode(errors="replace").strip())
         del self._buffer[: ends[-1] + 1]
 
     def _line_end(self, start: int) -> int:
