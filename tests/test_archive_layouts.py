@@ -102,7 +102,7 @@ def test_every_layout_gives_the_delta_emission_log(spark, written):
 
     emissions, dropped, _ = log(written["delta"])
     assert len(emissions) > 100 and dropped, "a log with emissions and late records dropped"
-    for layout, topic in written.items():
+    for layout, topic in list(written.items())[1:]:
         found_emissions, found_dropped, duplicates = log(topic)
         assert (found_emissions, found_dropped) == (emissions, dropped), layout
         if layout.startswith("sink-"):
