@@ -148,13 +148,14 @@ class Backfill:
         self, emissions_path: str, dropped_path: str | None = None, metadata: str = ""
     ) -> None:
         """Overwrite Delta tables in one transaction each (a rerun gives the same tables),
-        with ``metadata`` as the commits' ``userMetadata``; then :meth:`release`.
+        with ``metadata`` as the commits' ``userMetadata``; then :meth:`release`. The log is
+        written first: a refused log (below) leaves both tables as they were.
 
         A sum of an integer column that overflows a long in some window is refused with a
         :class:`BadArchiveError` naming it (Spark's ANSI error, raised deep in a stage, names
         neither column nor archive); Flink's Java long sum would wrap around silently."""
         with refusing_overflow(self.long_sums):
-            for df, path in ((self.dropped, dropped_path), (self.emissions, emissions_path)):
+            for df, path in ((self.emissions, emissions_path), (self.dropped, dropped_path)):
                 if path:
                     writer = df.write.format("delta").mode("overwrite")
                     writer = writer.option("overwriteSchema", "true")

@@ -99,11 +99,12 @@ def dropped_path(path: str) -> str:
 
 def ensure_emission_log(spark: SparkSession, job: StreamJob, path: str) -> DataFrame:
     """The job's emission log at ``path`` (dropped records at :func:`dropped_path`),
-    backfilled first unless the stored one was made from the same job and archives."""
+    backfilled first unless both stored tables were made from the same job and archives (a
+    run stopped between the two commits leaves a new log beside old dropped records)."""
     versions = _versions(spark, job)
     current = _digest(job, versions)
-    stored = stored_metadata(spark, path)
-    if current is None or stored is None or stored.get("fingerprint") != current:
+    stored = [stored_metadata(spark, p) for p in (path, dropped_path(path))]
+    if current is None or any(m is None or m.get("fingerprint") != current for m in stored):
         result = backfill(spark, pinned(job, versions))
         metadata = json.dumps({"fingerprint": current, "stats": result.stats})
         for attempt in range(1, _WRITE_ATTEMPTS + 1):

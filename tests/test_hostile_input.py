@@ -32,7 +32,7 @@ from feast_stream_backfill import (
     backfill,
 )
 from feast_stream_backfill.columns import EVENT_TIME, WINDOW_START
-from feast_stream_backfill.emission_store import ensure_emission_log, fingerprint
+from feast_stream_backfill.emission_store import dropped_path, ensure_emission_log, fingerprint
 from feast_stream_backfill.feast_plugin import backfill_tags
 from feast_stream_backfill.feast_plugin.compute_engine import write_online
 from feast_stream_backfill.feast_plugin.definitions import stream_job
@@ -298,7 +298,7 @@ def test_a_long_sum_that_overflows_is_refused_naming_the_column(
     """Three records of 2^62 at et 1000-1002 sum to 3 * 2^62 > 2^63 - 1 in [1000, 2000) (the
     session [1000, 1502)), fired by et 2000. Flink's Java long would wrap to -2^62; Spark's
     ANSI sum raises deep in a stage, the session replay's sum likewise: the write is refused
-    with the feature and column named, and no emission log is written."""
+    with the feature and column named, and neither the log nor its dropped records written."""
     rows = [(0, i, 1000 + i, "a", 0.0) for i in range(3)] + [(0, 3, 2000, "a", 0.0)]
     df = make_archive(rows).withColumn(
         "amount", F.when(F.col("offset") < 3, F.lit(2**62)).otherwise(F.lit(0))
@@ -311,8 +311,9 @@ def test_a_long_sum_that_overflows_is_refused_naming_the_column(
         r"column 'amount': a window's sum overflows a 64-bit long .* cast the column to "
         r"decimal or double",
     ):
-        backfill(spark, job).write(log)
+        backfill(spark, job).write(log, dropped_path(log))
     assert not DeltaTable.isDeltaTable(spark, log)
+    assert not DeltaTable.isDeltaTable(spark, dropped_path(log))
 
 
 # ---------------------------------------------------- unicode and 10 kB keys, into Redis
