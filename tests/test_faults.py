@@ -145,6 +145,30 @@ def test_materializations_at_once_leave_redis_as_one_run(repo, server, caplog):
     assert dump(server, 2) == both
 
 
+@pytest.mark.skipif(
+    not os.environ.get("FSB_FRESH_PROCESS_TESTS"),
+    reason="two feast commands, each its own Spark JVM (about a minute): FSB_FRESH_PROCESS_TESTS=1",
+)
+def test_two_feast_materialize_commands_at_once_leave_redis_as_one_run(repo, server):
+    """As above with two ``feast materialize`` processes (each its own driver and JVM), started
+    together from a cold emission log: Redis ends byte-identical to one run."""
+    shutil.rmtree(repo / "data" / "emission_log", ignore_errors=True)
+    feast = str(Path(sys.executable).parent / "feast")
+    env = {**os.environ, "FSB_REDIS": f"{server.address},db=5"}
+    command = [feast, "materialize", START.isoformat(), END.isoformat(), "--views", "spend"]
+    runs = [
+        subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=900) for run in runs]
+    for run, (_, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, err.decode()[-3000:]
+    store_on(repo, f"{server.address},db=6").materialize(START, END, ["spend"])
+    single = dump(server, 6)
+    assert len(single) == USERS
+    assert dump(server, 5) == single
+
+
 def archive_job(path: str) -> StreamJob:
     return StreamJob(
         topics=[ArchivedTopic("t", path=path)],
