@@ -113,6 +113,11 @@ def files_holding(folder: Path, secret: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
+@pytest.mark.skipif(
+    not os.environ.get("FSB_FRESH_PROCESS_TESTS"),
+    reason="two feast commands, each its own Spark JVM (about 2 minutes in CI's share): "
+    "FSB_FRESH_PROCESS_TESTS=1",
+)
 def test_a_failing_and_a_succeeding_command_over_tls_never_show_the_password(repo, tls):
     server, connection = tls
     used = server.client.info("memory")["used_memory"]
