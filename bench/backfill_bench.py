@@ -3,17 +3,24 @@
 The floor is the least any backfill must do: read the archive, take the running max of
 event time per partition (the processing time), group by key and window. Both write to
 Spark's ``noop`` sink, so only computing is timed. The plugin's time includes its
-validation pass, duplicate handling, watermark timeline and dropped-record accounting.
+validation pass, duplicate handling, watermark timeline and dropped-record accounting, and
+is broken down by stage (:mod:`feast_stream_backfill.stages`): validation, processing time,
+watermark, windows and triggers (with the status counts), emission log, dropped records.
+Peak memory (JVM heap, and the Python workers' resident memory) of the driver and of each
+executor comes from Spark's own executor metrics.
 
-    .venv/bin/python -m bench.backfill_bench --sizes 1000000 4000000
+    .venv/bin/python -m bench.backfill_bench --sizes 4000000 16000000 32000000 --repeat 1
+    .venv/bin/python -m bench.backfill_bench --sizes 16000000 --partitions 16 2
     .venv/bin/python -m bench.backfill_bench --master "$(scripts/spark_cluster.sh url)"
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from pyspark.sql import Window
@@ -34,17 +41,20 @@ from feast_stream_backfill import (
     backfill,
 )
 from feast_stream_backfill.spark import get_spark
+from feast_stream_backfill.stages import stage, timings
 
 AGGREGATIONS = [Aggregation("amount", f, f"amount_{f}") for f in ("sum", "count", "mean", "max")]
 
 
-def best_of(repeat: int, run, *args) -> float:
-    times = []
+def best_of(repeat: int, run, *args) -> tuple[float, dict[str, float]]:
+    """The fastest of ``repeat`` runs: seconds, and its stages' seconds."""
+    runs = []
     for _ in range(repeat):
         started = time.perf_counter()
-        run(*args)
-        times.append(time.perf_counter() - started)
-    return min(times)
+        with timings() as stages:
+            run(*args)
+        runs.append((time.perf_counter() - started, stages))
+    return min(runs, key=lambda r: r[0])
 
 
 def floor(spark, path: str) -> None:
@@ -100,9 +110,36 @@ def bench_job(path: str, kind: str = "tumbling") -> StreamJob:
 
 def plugin(spark, path: str, kind: str = "tumbling") -> None:
     result = backfill(spark, bench_job(path, kind))
-    result.emissions.write.format("noop").mode("overwrite").save()
-    result.dropped.write.format("noop").mode("overwrite").save()
+    with stage("emission log"):
+        result.emissions.write.format("noop").mode("overwrite").save()
+    with stage("dropped"):
+        result.dropped.write.format("noop").mode("overwrite").save()
     result.release()  # or the next run would read this one's cached processing times
+
+
+#: Spark's executor metrics, polled often enough to see a stage's peak.
+METRICS_CONF = {
+    "spark.ui.enabled": "true",
+    "spark.ui.port": "0",
+    "spark.executor.metrics.pollingInterval": "500ms",
+    "spark.executor.processTreeMetrics.enabled": "true",
+}
+
+
+def peak_memory(spark) -> str:
+    """Each JVM's peak heap and its Python workers' peak resident memory so far (driver,
+    and executors on a cluster), from Spark's REST API."""
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/allexecutors"
+    with urllib.request.urlopen(url) as response:
+        executors = json.load(response)
+    parts = []
+    for executor in executors:
+        peak = executor.get("peakMemoryMetrics") or {}
+        heap = peak.get("JVMHeapMemory", 0) / 2**20
+        python = peak.get("ProcessTreePythonRSSMemory", 0) / 2**20
+        parts.append(f"{executor['id']}: heap {heap:,.0f} MiB, python {python:,.0f} MiB")
+    return "; ".join(parts)
 
 
 def main() -> None:
@@ -117,31 +154,45 @@ def main() -> None:
         help="window kinds and triggers to time (all: every one)",
     )
     parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[16],
+        help="Kafka partitions of the archive (several: one archive each, same records)",
+    )
+    parser.add_argument(
         "--master", help="Spark master, e.g. the URL scripts/spark_cluster.sh start prints"
     )
+    parser.add_argument("--tmp", help="where the archives are written (default: a temp dir)")
     args = parser.parse_args()
-    spark = get_spark({"spark.master": args.master} if args.master else None)
+    conf = {**METRICS_CONF, **({"spark.master": args.master} if args.master else {})}
+    spark = get_spark(conf)
     print(
         f"spark {spark.version}, master {spark.sparkContext.master}, "
         f"{spark.sparkContext.defaultParallelism} cores"
     )
     kinds = list(KINDS) if "all" in args.kinds else args.kinds
     print(
-        f"{'records':>10} {'job':<18} {'plugin s':>9} {'records/s':>10} {'floor s':>8} {'ratio':>6}"
+        f"{'records':>10} {'parts':>5} {'job':<18} {'plugin s':>9} {'records/s':>10} "
+        f"{'floor s':>8} {'ratio':>6}  stages (s)"
     )
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for n in args.sizes:
-            path = str(Path(tmp) / f"archive_{n}")
-            generate_archive(spark, path, n_records=n)
-            floor(spark, path)  # warm-up: JIT, file listing
-            best_floor = best_of(args.repeat, floor, spark, path)
-            for kind in kinds:
-                best_plugin = best_of(args.repeat, plugin, spark, path, kind)
-                print(
-                    f"{n:>10,} {kind:<18} {best_plugin:>9.1f} {n / best_plugin:>10,.0f} "
-                    f"{best_floor:>8.1f} {best_plugin / best_floor:>6.2f}",
-                    flush=True,
-                )
+            for partitions in args.partitions:
+                path = str(Path(tmp) / f"archive_{n}_{partitions}")
+                generate_archive(spark, path, n_records=n, n_partitions=partitions)
+                floor(spark, path)  # warm-up: JIT, file listing
+                best_floor, _ = best_of(args.repeat, floor, spark, path)
+                for kind in kinds:
+                    best_plugin, stages = best_of(args.repeat, plugin, spark, path, kind)
+                    breakdown = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+                    print(
+                        f"{n:>10,} {partitions:>5} {kind:<18} {best_plugin:>9.1f} "
+                        f"{n / best_plugin:>10,.0f} {best_floor:>8.1f} "
+                        f"{best_plugin / best_floor:>6.2f}  {breakdown}",
+                        flush=True,
+                    )
+                print(f"  peak memory so far: {peak_memory(spark)}", flush=True)
 
 
 if __name__ == "__main__":

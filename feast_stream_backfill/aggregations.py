@@ -133,9 +133,10 @@ class Aggregation:
     def rules(self) -> Function:
         return FUNCTION[self.function]
 
-    def expr(self, over: Over = None) -> Column:
-        """The aggregate, in ``groupBy().agg`` or, with ``over``, as a running window."""
-        return self.rules.spark(F.col(self.column), over)
+    def expr(self, over: Over = None, values: Column | None = None) -> Column:
+        """The aggregate, in ``groupBy().agg`` or, with ``over``, as a running window; of
+        ``values`` in place of the column where given."""
+        return self.rules.spark(F.col(self.column) if values is None else values, over)
 
     def result_type(self, column_type: DataType) -> DataType:
         """The feature's type for a column of ``column_type`` (Spark's own aggregate's)."""

@@ -38,8 +38,8 @@ from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
 from feast_stream_backfill.records import ArchivedTopic, read_records
 from feast_stream_backfill.sessions import session_firings
+from feast_stream_backfill.stages import stage
 from feast_stream_backfill.triggers import (
-    DROPPED,
     STATUSES,
     EventTimeTrigger,
     PerRecordTrigger,
@@ -50,7 +50,14 @@ from feast_stream_backfill.watermarks import (
     watermark_reaches,
     watermark_timeline,
 )
-from feast_stream_backfill.window_operator import classify, firings, watermark_targets
+from feast_stream_backfill.window_operator import (
+    by_status,
+    classify,
+    dropped_records,
+    firings,
+    status_counts,
+    watermark_targets,
+)
 from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
 
 
@@ -202,12 +209,13 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         ],
     )
     timed = with_processing_time(records, job.processing_time).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = timed.agg(
-        F.count(F.lit(1)).alias("records_read"),
-        F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
-        F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
-        F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
-    ).first()
+    with stage("processing time"):
+        counts = timed.agg(
+            F.count(F.lit(1)).alias("records_read"),
+            F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
+            F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
+            F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
+        ).first()
     if counts["conflicts"]:
         example = timed.where(F.col(CONFLICT)).select(TOPIC, PARTITION, OFFSET).first()
         timed.unpersist()
@@ -264,17 +272,15 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         reaches = None
         if event_time:
             targets = watermark_targets(windowed, job.trigger)
-            reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
-            reaches = reaches.persist(StorageLevel.MEMORY_AND_DISK)
+            with stage("watermark"):
+                reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
         classified = classify(windowed, job.trigger, reaches)
-        fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time)
-        dropped = (
-            classified.where(F.col(STATUS) == DROPPED)
-            .groupBy(*job.keys, WINDOW_START, WINDOW_END)
-            .agg(F.count(F.lit(1)).alias("dropped_count"))
-        )
-        statuses = classified.groupBy(STATUS).agg(F.count(F.lit(1)).alias("n"))
-        cached = [reaches]
+        per_status = by_status(classified, job.keys, job.aggregations)
+        per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK)
+        fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)
+        dropped = dropped_records(per_status, job.keys)
+        statuses = status_counts(per_status)
+        cached = [reaches, per_status]
     emissions = emission_log(fired, job.keys, job.features, job.operator_delay_ms)
     dropped = dropped.select(
         *job.keys,
@@ -288,9 +294,10 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         for a in job.aggregations
         if a.function == "sum" and isinstance(kept.schema[a.column].dataType, IntegralType)
     ]
-    with refusing_overflow(long_sums):  # the session replay sums as it classifies
-        by_status = {row[STATUS]: row["n"] for row in statuses.collect()}
-    stats = {**counts, **{f"records_{s}": by_status.get(s, 0) for s in STATUSES}}
+    # the session replay sums as it classifies
+    with refusing_overflow(long_sums), stage("windows and triggers"):
+        counted = {row[STATUS]: row["n"] for row in statuses.collect()}
+    stats = {**counts, **{f"records_{s}": counted.get(s, 0) for s in STATUSES}}
     if job.lookups:  # removed by an inner lookup: no state at their lookup time
         inner = any(lookup.how == "inner" for lookup in job.lookups)
         keyed_count = counts["records_read"] - counts["duplicates_removed"]

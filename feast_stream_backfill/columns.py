@@ -38,6 +38,9 @@ PROCESSING_TIME = _column("_pt", "processing_time", "inferred processing time, e
 RANK = _column("_rank", "processing_time", "rank among the partition's distinct offsets")
 DUPLICATE = _column("_duplicate", "processing_time", "a later copy of an archived record")
 CONFLICT = _column("_conflict", "processing_time", "a copy whose content differs")
+RISES = _column(
+    "_rises", "processing_time", "raises its partition's highest event time (moves its watermark)"
+)
 
 # processing_order
 POSITION = _column(

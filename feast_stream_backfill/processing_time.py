@@ -7,7 +7,9 @@ its event time. Closed form, with ``i`` the record's rank among distinct offsets
     pt_i = max(pt_{i-1} + D1, et_i + D2) = D2 + i*D1 + max_{j<=i}(et_j - j*D1)
 
 one running max in a single window sorted by offset. Ranks, not offsets, because compacted and
-transactional topics have offset gaps.
+transactional topics have offset gaps. The same sorted pass flags the records that raise their
+partition's highest event time: the only ones that move its watermark (:mod:`watermarks`), so
+that stage reads a few records instead of sorting them all again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from feast_stream_backfill.columns import (
     PARTITION,
     PROCESSING_TIME,
     RANK,
+    RISES,
     TOPIC,
 )
 
@@ -42,7 +45,7 @@ class ProcessingTimeModel:
 
 
 def with_processing_time(records: DataFrame, model: ProcessingTimeModel) -> DataFrame:
-    """Add ``_pt`` (epoch ms) and ``_rank``, and flag re-archived copies.
+    """Add ``_pt`` (epoch ms), ``_rank`` and ``_rises``, and flag re-archived copies.
 
     A record archived twice (same topic, partition, offset) counts once: later copies get
     ``_duplicate``; a copy whose content differs from the first gets ``_conflict`` too, so
@@ -51,17 +54,23 @@ def with_processing_time(records: DataFrame, model: ProcessingTimeModel) -> Data
     payload = [c for c in records.columns if not c.startswith("_")]
     by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
     so_far = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    earlier = by_offset.rowsBetween(Window.unboundedPreceding, -1)
     flagged = records.withColumn("_hash", F.xxhash64(*payload)).select(
         "*",
         (F.row_number().over(by_offset) - 1).alias("_row"),
         F.coalesce(F.lag(OFFSET).over(by_offset) == F.col(OFFSET), F.lit(False)).alias(DUPLICATE),
         F.lag("_hash").over(by_offset).alias("_previous_hash"),
+        F.max(EVENT_TIME).over(earlier).alias("_highest_before"),
     )
     ranked = flagged.withColumn(
         RANK, F.col("_row") - F.sum(F.col(DUPLICATE).cast("long")).over(so_far)
     ).withColumn(CONFLICT, F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash")))
+    highest_before = F.col("_highest_before")
+    ranked = ranked.withColumn(
+        RISES, ~F.col(DUPLICATE) & (highest_before.isNull() | (F.col(EVENT_TIME) > highest_before))
+    )
     shifted = F.when(~F.col(DUPLICATE), F.col(EVENT_TIME) - F.col(RANK) * model.min_gap_ms)
     return ranked.withColumn(
         PROCESSING_TIME,
         F.max(shifted).over(so_far) + F.col(RANK) * model.min_gap_ms + model.min_delay_ms,
-    ).drop("_row", "_hash", "_previous_hash")
+    ).drop("_row", "_hash", "_previous_hash", "_highest_before")

@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 from feast_stream_backfill.archives import Archive, DataFrameArchive, DeltaArchive
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.errors import BadArchiveError
+from feast_stream_backfill.stages import stage
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def read_records(
             "expected TIMESTAMP"
         )
     _check_types(df, topic, numeric)
-    _check_records(df, topic, keys)
+    with stage("validation"):
+        _check_records(df, topic, keys)
     return df.select(
         F.lit(topic.name).alias(TOPIC),
         F.col(topic.partition_col).cast("int").alias(PARTITION),

@@ -40,6 +40,7 @@ from feast_stream_backfill.merging_window_set import (
     WatermarkTimeline,
 )
 from feast_stream_backfill.processing_order import FIELDS, STRUCT, Position, fields, from_fields
+from feast_stream_backfill.stages import stage
 from feast_stream_backfill.triggers import STATUSES, Trigger
 from feast_stream_backfill.windows import SessionWindows
 
@@ -62,7 +63,9 @@ def session_firings(
     event_time = window.domain == "event"
     changes = None
     if timeline is not None:
-        table = timeline.select(*fields(POSITION), WATERMARK).orderBy(*dict(FIELDS)).toArrow()
+        with stage("watermark"):
+            ordered = timeline.select(*fields(POSITION), WATERMARK).orderBy(*dict(FIELDS))
+            table = ordered.toArrow()
         positions = [
             Position(*p) for p in zip(*[c.to_pylist() for c in table.columns[:-1]], strict=True)
         ]

@@ -4,17 +4,18 @@ For a prediction ``(key, t)`` the value is the last emission with ``emit_time <=
 ``emit_sequence``), or null where there is none or it is older than the ttl.
 
 The as-of join is a sort, not a join (:func:`feast_stream_backfill.carry_forward.carry_forward`):
-the distinct prediction instants and the emissions are sorted per key by time (emissions first at
-equal times, so ``emit_time == t`` is visible; then by ``emit_sequence``) and the last emission is
-carried forward. Cost ~ (predictions + emissions) log, whatever the skew. The values come back
-once per distinct ``(key, t)`` and are joined to the predictions on key *and* time: an equi-join
-with at most one match per row.
+the predictions and the emissions are sorted per key by time (emissions first at equal times, so
+``emit_time == t`` is visible; then by ``emit_sequence``) and the last emission is carried
+forward. Cost ~ (predictions + emissions) log, whatever the skew. :func:`as_of_join` sends the
+prediction rows themselves through that sort (one shuffle); :func:`as_of_values` answers once
+per distinct ``(key, t)``, for callers that want the values alone.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import Any
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -63,13 +64,50 @@ def as_of_join(
     keys: Sequence[str],
     prediction_time: str,
     features: Sequence[str],
-    **options: Any,
+    *,
+    emission_time: str = "emit_time",
+    sequence: str | None = "emit_sequence",
+    ttl_seconds: float | None = None,
+    output_names: Sequence[str] | None = None,
 ) -> DataFrame:
     """``predictions`` with one column per feature: its value as of ``prediction_time``.
 
-    ``options`` are :func:`as_of_values`'s (``output_names`` renames the feature columns:
-    Feast's ``full_feature_names``). Rows of ``predictions`` are kept as they are, extra columns
-    and duplicates included.
+    Options are :func:`as_of_values`'s (``output_names`` renames the feature columns: Feast's
+    ``full_feature_names``). Rows of ``predictions`` are kept as they are, extra columns and
+    duplicates included, and come out as from a left join on keys and time: those columns
+    first, then the others, then the features; a null key or time gets nulls. The rows go
+    through the sort themselves: no distinct instants and no join back, which cost two more
+    shuffles of the predictions.
     """
-    values = as_of_values(predictions, emissions, keys, prediction_time, features, **options)
-    return predictions.join(values, on=[*keys, prediction_time], how="left")
+    names = list(output_names or features)
+    on = [*keys, prediction_time]
+    theirs = [*keys, emission_time]
+    # The sort columns are the predictions' own when both sides have the same types, else
+    # copies, so that the union's type widening never touches the predictions' values.
+    same = all(
+        predictions.schema[p].dataType == emissions.schema[e].dataType
+        for p, e in zip(on, theirs, strict=True)
+    )
+    sort_keys = list(keys) if same else [f"_asof_k{i}" for i in range(len(keys))]
+    t = prediction_time if same else _T
+    rows = (
+        predictions
+        if same
+        else predictions.select(
+            "*", *[F.col(c).alias(s) for c, s in zip(on, [*sort_keys, t], strict=True)]
+        )
+    )
+    written = emissions.select(
+        *[F.col(e).alias(s) for e, s in zip(theirs, [*sort_keys, t], strict=True)],
+        (F.col(sequence) if sequence else F.lit(0)).alias(_SEQ),
+        F.struct(F.col(emission_time).alias(_EMITTED), *[F.col(f) for f in features]).alias(_VALUE),
+    )
+    carried = carry_forward(rows, written, sort_keys, t, _VALUE, order=[_SEQ])
+    found = reduce(operator.and_, [F.col(c).isNotNull() for c in on])  # a join's rule
+    if ttl_seconds:
+        found &= F.col(_VALUE)[_EMITTED] >= F.col(t) - F.make_interval(secs=F.lit(ttl_seconds))
+    return carried.select(
+        *on,
+        *[c for c in predictions.columns if c not in on],
+        *[F.when(found, F.col(_VALUE)[f]).alias(n) for f, n in zip(features, names, strict=True)],
+    )

@@ -8,7 +8,9 @@ reaches ``x`` at the first moment *every* partition has seen an event time ``>= 
 
 That needs no per-record watermark: for each target ``x`` (a window's ``maxTs``) one
 descending sweep per partition finds that record, and the result, one row per target, is
-small enough to broadcast.
+small enough to broadcast. Only the records that raise their partition's highest event time
+(``_rises``) can be that record, and in periodic mode only the highest of them per tick
+matters (the watermark moves at the tick): the sweep reads those, not every record.
 
 Moments are positions in the global processing order (:mod:`processing_order`): a record is
 processed before a watermark iff its position is ``<=`` the watermark's.
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -30,12 +33,12 @@ from feast_stream_backfill.columns import (
     EVENT_VALUE,
     IDLE_FROM,
     IDLE_UNTIL,
-    OFFSET,
     PARTITION,
     POSITION,
     PROCESSING_TIME,
     RISE_FROM,
     RISE_TO,
+    RISES,
     TARGET,
     TOPIC,
     WAKES_AT,
@@ -98,6 +101,21 @@ class WatermarkStrategy:
         return tick_position(next_tick(reached["time"], self.interval_ms))
 
 
+def _moves(records: DataFrame, strategy: WatermarkStrategy) -> DataFrame:
+    """Where each partition's watermark rises: ``_pos`` and ``_et`` (its highest event time from
+    there on), per record that raises it (on event) or per tick after such records
+    (periodic: a watermark reflects all of a tick's records at once)."""
+    rises = records.where(F.col(RISES))
+    if strategy.emission == "on_event":
+        return rises.select(TOPIC, PARTITION, EVENT_TIME, record_position().alias(POSITION))
+    tick = next_tick(F.col(PROCESSING_TIME), strategy.interval_ms).alias("_tick")
+    return (
+        rises.groupBy(TOPIC, PARTITION, tick)
+        .agg(F.max(EVENT_TIME).alias(EVENT_TIME))
+        .select(TOPIC, PARTITION, EVENT_TIME, tick_position(F.col("_tick")).alias(POSITION))
+    )
+
+
 def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
     bound: Column = F.lit(strategy.out_of_orderness_ms)
     for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
@@ -121,13 +139,15 @@ def watermark_reaches(
 ) -> DataFrame:
     """For each ``_target`` (epoch ms), ``_pos``: the first watermark with ``W >= _target``.
 
-    ``records`` are the distinct records of every source partition, with ``_pt``. Targets the
-    watermark never reaches before the archive ends are absent (a live job has not fired them
-    yet). A partition without any record holds the watermark back forever, as in Flink.
-    ``bounds`` gives a topic its own out-of-orderness B (Flink: one watermark strategy per
-    source); other topics use the strategy's.
+    ``records`` are the distinct records of every source partition, with ``_pt`` and
+    ``_rises``. Targets the watermark never reaches before the archive ends are absent (a live
+    job has not fired them yet). A partition without any record holds the watermark back
+    forever, as in Flink. ``bounds`` gives a topic its own out-of-orderness B (Flink: one
+    watermark strategy per source); other topics use the strategy's. Computed now and kept
+    (one row per target), so that its input, kept while it is computed, can go.
     """
-    partitions = records.select(TOPIC, PARTITION).distinct()
+    moves = _moves(records, strategy).persist(StorageLevel.MEMORY_AND_DISK)
+    partitions = moves.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
     if strategy.detects_idleness and records.select(TOPIC).distinct().count() > 1:
         raise ValueError(
@@ -135,13 +155,13 @@ def watermark_reaches(
             "sources) is not modelled yet: use one topic, or no idleness"
         )
     threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
-    sweep = records.select(
+    sweep = moves.select(
         TOPIC,
         PARTITION,
         F.col(EVENT_TIME).alias("_sweep_value"),
         F.lit(0).alias("_sweep_kind"),
         F.lit(None).cast("long").alias(TARGET),
-        record_position().alias(POSITION),
+        POSITION,
     ).unionByName(
         targets.select(TARGET)
         .distinct()
@@ -163,7 +183,19 @@ def watermark_reaches(
         _REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
     ).where(F.col("_sweep_kind") == 1)
     if strategy.detects_idleness:
-        return _reaches_with_idleness(records, per_partition, partitions, strategy)
+        reached = _reaches_with_idleness(records, per_partition, partitions, strategy)
+    else:
+        reached = _combined(per_partition, strategy, n_partitions)
+    reached = reached.persist(StorageLevel.MEMORY_AND_DISK)
+    reached.count()
+    moves.unpersist()
+    return reached
+
+
+def _combined(
+    per_partition: DataFrame, strategy: WatermarkStrategy, n_partitions: int
+) -> DataFrame:
+    """Where the combined watermark reaches each target, from where each partition's does."""
     if strategy.combine == "max":  # the first partition to reach it decides
         reached = per_partition.groupBy(TARGET).agg(F.min(_REACHED).alias(_REACHED))
     else:  # every partition must have reached it; the last one decides
@@ -211,7 +243,8 @@ def _reaches_with_idleness(
         from_fields().alias(POSITION),
     )
     timeline = crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
-    timeline = timeline.localCheckpoint()  # computed now, so the inputs can go
+    timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
+    timeline.count()  # computed now, so the inputs can go
     levels.unpersist()
     kept.unpersist()
     return timeline
@@ -224,21 +257,10 @@ def watermark_timeline(
     the watermark from there on. At most one row per tick in periodic mode (one per record
     that raises it, on-event)."""
     interval = strategy.interval_ms
-    earlier = (
-        Window.partitionBy(TOPIC, PARTITION)
-        .orderBy(OFFSET)
-        .rowsBetween(Window.unboundedPreceding, -1)
-    )
-    before = F.max(EVENT_TIME).over(earlier)
     value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
-    if strategy.emission == "on_event":
-        at = record_position()
-    else:
-        at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
     rises = (
-        records.withColumn("_before", before)
-        .where(F.col("_before").isNull() | (F.col(EVENT_TIME) > F.col("_before")))
-        .groupBy(TOPIC, PARTITION, at.alias(EVENT_AT))
+        _moves(records, strategy)
+        .groupBy(TOPIC, PARTITION, F.col(POSITION).alias(EVENT_AT))
         .agg(F.max(value).alias(EVENT_VALUE))
         .withColumn(EVENT_KIND, F.lit(REACH))
     )

@@ -4,8 +4,9 @@ An aligned window's extent is known from a record alone, so every (record, windo
 judged at once with the trigger's rule (:func:`triggers.on_element`): "has the watermark
 passed ``maxTs`` (``maxTs + L``) before this record?" is one comparison of the record's
 position with the first watermark position reaching it (:func:`watermarks.watermark_reaches`,
-broadcast: one row per target). Timer firings are a ``groupBy`` per window; firings caused by
-records (late, per record) carry a running aggregate per window, ordered by position.
+broadcast: one row per target). One ``groupBy`` per window and status gives the timers'
+firings, the dropped records and the status counts at once; firings caused by records (late,
+per record) carry a running aggregate per window, ordered by position.
 """
 
 from __future__ import annotations
@@ -96,6 +97,31 @@ def _values(aggregations: Sequence[Aggregation], over: Over = None) -> list[Colu
     return [count.alias("record_count"), *[a.expr(over).alias(a.name) for a in aggregations]]
 
 
+def by_status(
+    classified: DataFrame, keys: Sequence[str], aggregations: Sequence[Aggregation]
+) -> DataFrame:
+    """One row per window and status: ``record_count``, and the features of the on-time
+    records (a timer's firing; null otherwise: no other records are summed, so none can
+    overflow). Timer firings, dropped records and status counts are all read from it."""
+    on_time = F.col(STATUS) == ON_TIME
+    return classified.groupBy(*keys, WINDOW_START, WINDOW_END, STATUS, FIRE_POSITION).agg(
+        F.count(F.lit(1)).alias("record_count"),
+        *[a.expr(values=F.when(on_time, F.col(a.column))).alias(a.name) for a in aggregations],
+    )
+
+
+def dropped_records(per_status: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Dropped records per key and window (``dropped_count``), from :func:`by_status`."""
+    return per_status.where(F.col(STATUS) == DROPPED).select(
+        *keys, WINDOW_START, WINDOW_END, F.col("record_count").alias("dropped_count")
+    )
+
+
+def status_counts(per_status: DataFrame) -> DataFrame:
+    """``n`` (record, window) pairs per ``_status``, from :func:`by_status`."""
+    return per_status.groupBy(STATUS).agg(F.sum("record_count").alias("n"))
+
+
 def _firing(window: list[str], by_record: bool, aggregations: Sequence[Aggregation]) -> list:
     return [
         *window,
@@ -113,18 +139,17 @@ def firings(
     keys: Sequence[str],
     aggregations: Sequence[Aggregation],
     event_time: bool,
+    per_status: DataFrame | None = None,
 ) -> DataFrame:
     """Every firing: timers fire each window with its on-time records; a record that fires
-    its window at once emits every accepted record up to it (a running aggregate)."""
+    its window at once emits every accepted record up to it (a running aggregate).
+    ``per_status``: :func:`by_status` of ``classified``, where the caller keeps it."""
     window = [*keys, WINDOW_START, WINDOW_END]
     parts = []
     if trigger.timer is not None:
-        by_timer = (
-            classified.where(F.col(STATUS) == ON_TIME)
-            .groupBy(*window, FIRE_POSITION)
-            .agg(*_values(aggregations))
-            .withColumn("firing", F.lit(ON_TIME))
-        )
+        if per_status is None:
+            per_status = by_status(classified, keys, aggregations)
+        by_timer = per_status.where(F.col(STATUS) == ON_TIME).withColumn("firing", F.lit(ON_TIME))
         parts.append(by_timer.select(*_firing(window, False, aggregations)))
     if fires_by_record(trigger, event_time):
         labels = {label for label in trigger.on_element if label is not None}

@@ -68,7 +68,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
 from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import DEFAULT_CONF, delta_jars, get_spark
-from feast_stream_backfill.training_join import as_of_values
+from feast_stream_backfill.training_join import as_of_join
 
 _ROW, _VISIBLE, _LATEST = "_fsb_row", "_fsb_visible", "_fsb_latest"
 _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -443,8 +443,7 @@ class StreamBackfillOfflineStore(OfflineStore):
                 )
             names = [f"{prefix}__{f}" if full_feature_names else f for f in wanted]
             ttl = view.ttl.total_seconds() if view.ttl else None
-            values = _as_of(entity, rows, ts, wanted, names, ttl, filter_by_created_timestamp)
-            result = result.join(values, on=[*rows.keys, ts], how="left")
+            result = _as_of(result, rows, ts, wanted, names, ttl, filter_by_created_timestamp)
         return StreamBackfillRetrievalJob(
             result.drop(DUMMY_ENTITY_ID) if entityless else result,
             full_feature_names,
@@ -597,7 +596,7 @@ def _append_parquet(path: str, table: pa.Table) -> None:
 
 
 def _as_of(
-    entity: DataFrame,
+    result: DataFrame,
     rows: _Rows,
     ts: str,
     wanted: list[str],
@@ -605,29 +604,29 @@ def _as_of(
     ttl: float | None,
     filter_by_created_timestamp: bool,
 ) -> DataFrame:
-    """One view's values per distinct ``(keys, ts)`` of ``entity``."""
+    """``result`` with one view's values as of ``ts`` (columns as from a left join on the
+    view's keys and ``ts``): its rows go through the view's sort themselves."""
     if rows.streaming:  # written at emit_time: created by then already
-        return as_of_values(
-            entity, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
+        return as_of_join(
+            result, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
         )
     if filter_by_created_timestamp and rows.created:
         frame, carried = _created_by_then(rows, wanted)
-        values = as_of_values(
-            entity, frame, rows.keys, ts, carried, emission_time=_VISIBLE, sequence=None
+        joined = as_of_join(
+            result, frame, rows.keys, ts, carried, emission_time=_VISIBLE, sequence=None
         )
         fresh = F.lit(True)
         if ttl:
             fresh = F.col(_LATEST) >= F.col(ts) - F.make_interval(secs=F.lit(ttl))
-        return values.select(
-            *rows.keys,
-            ts,
+        return joined.select(
+            *joined.columns[: -len(carried)],
             *[F.when(fresh, F.col(f)).alias(n) for f, n in zip(wanted, names, strict=True)],
         )
     # Feast's rule for a batch view: the latest row with timestamp <= t; among equal
     # timestamps the latest created wins, a null created losing (Feast sorts nulls first and
     # keeps the last): the same sort, by other columns.
-    return as_of_values(
-        entity,
+    return as_of_join(
+        result,
         rows.frame,
         rows.keys,
         ts,
