@@ -48,29 +48,36 @@ def with_processing_time(records: DataFrame, model: ProcessingTimeModel) -> Data
     """Add ``_pt`` (epoch ms), ``_rank`` and ``_rises``, and flag re-archived copies.
 
     A record archived twice (same topic, partition, offset) counts once: later copies get
-    ``_duplicate``; a copy whose content differs from the first gets ``_conflict`` too, so
-    the caller can refuse it rather than pick one silently.
+    ``_duplicate``; a copy whose content (event time or payload) differs from the first gets
+    ``_conflict`` too, so the caller can refuse it rather than pick one silently. A faithful
+    copy repeats its record's event time and rank, so the running maxima may take copies in:
+    with ``D1 = 0`` everything is one sorted pass (one more with ``D1 > 0``, whose maximum
+    reads the ranks).
     """
     payload = [c for c in records.columns if not c.startswith("_")]
     by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
     so_far = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     earlier = by_offset.rowsBetween(Window.unboundedPreceding, -1)
-    flagged = records.withColumn("_hash", F.xxhash64(*payload)).select(
+    flagged = records.withColumn("_hash", F.xxhash64(EVENT_TIME, *payload)).select(
         "*",
-        (F.row_number().over(by_offset) - 1).alias("_row"),
+        (F.dense_rank().over(by_offset) - 1).alias(RANK),
         F.coalesce(F.lag(OFFSET).over(by_offset) == F.col(OFFSET), F.lit(False)).alias(DUPLICATE),
         F.lag("_hash").over(by_offset).alias("_previous_hash"),
         F.max(EVENT_TIME).over(earlier).alias("_highest_before"),
+        F.max(EVENT_TIME).over(so_far).alias("_highest"),
     )
-    ranked = flagged.withColumn(
-        RANK, F.col("_row") - F.sum(F.col(DUPLICATE).cast("long")).over(so_far)
-    ).withColumn(CONFLICT, F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash")))
     highest_before = F.col("_highest_before")
-    ranked = ranked.withColumn(
-        RISES, ~F.col(DUPLICATE) & (highest_before.isNull() | (F.col(EVENT_TIME) > highest_before))
+    rises = highest_before.isNull() | (F.col(EVENT_TIME) > highest_before)
+    if model.min_gap_ms:
+        shifted = F.max(F.col(EVENT_TIME) - F.col(RANK) * model.min_gap_ms).over(so_far)
+        read_at = shifted + F.col(RANK) * model.min_gap_ms
+    else:
+        read_at = F.col("_highest")
+    return flagged.select(
+        *records.columns,
+        RANK,
+        DUPLICATE,
+        (F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash"))).alias(CONFLICT),
+        (~F.col(DUPLICATE) & rises).alias(RISES),
+        (read_at + model.min_delay_ms).alias(PROCESSING_TIME),
     )
-    shifted = F.when(~F.col(DUPLICATE), F.col(EVENT_TIME) - F.col(RANK) * model.min_gap_ms)
-    return ranked.withColumn(
-        PROCESSING_TIME,
-        F.max(shifted).over(so_far) + F.col(RANK) * model.min_gap_ms + model.min_delay_ms,
-    ).drop("_row", "_hash", "_previous_hash", "_highest_before")

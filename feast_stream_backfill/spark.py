@@ -29,6 +29,10 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "4g",
     "spark.databricks.delta.snapshotPartitions": "2",
+    # The backfill caches its records once and scans them a few times: compressing the cache
+    # cost more than it saved (4M records: 8.4 s to cache compressed, 5.4 s not, 3.9 s to
+    # compute them; bench/backfill_bench.py).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
 
 
