@@ -163,9 +163,11 @@ def main() -> None:
     parser.add_argument(
         "--master", help="Spark master, e.g. the URL scripts/spark_cluster.sh start prints"
     )
+    parser.add_argument("--executor-memory", default="3g", help="with --master")
     parser.add_argument("--tmp", help="where the archives are written (default: a temp dir)")
     args = parser.parse_args()
-    conf = {**METRICS_CONF, **({"spark.master": args.master} if args.master else {})}
+    cluster = {"spark.master": args.master, "spark.executor.memory": args.executor_memory}
+    conf = {**METRICS_CONF, **(cluster if args.master else {})}
     spark = get_spark(conf)
     print(
         f"spark {spark.version}, master {spark.sparkContext.master}, "
