@@ -8,9 +8,8 @@ reaches ``x`` at the first moment *every* partition has seen an event time ``>= 
 
 That needs no per-record watermark: for each target ``x`` (a window's ``maxTs``) one
 descending sweep per partition finds that record, and the result, one row per target, is
-small enough to broadcast. Only the records that raise their partition's highest event time
-(``_rises``) can be that record, and in periodic mode only the highest of them per tick
-matters (the watermark moves at the tick): the sweep reads those, not every record.
+small enough to broadcast. Only a record that raises its partition's highest event time
+(``_rises``) can be that record: the sweep reads those, not every record.
 
 Moments are positions in the global processing order (:mod:`processing_order`): a record is
 processed before a watermark iff its position is ``<=`` the watermark's.
@@ -101,18 +100,11 @@ class WatermarkStrategy:
         return tick_position(next_tick(reached["time"], self.interval_ms))
 
 
-def _moves(records: DataFrame, strategy: WatermarkStrategy) -> DataFrame:
-    """Where each partition's watermark rises: ``_pos`` and ``_et`` (its highest event time from
-    there on), per record that raises it (on event) or per tick after such records
-    (periodic: a watermark reflects all of a tick's records at once)."""
-    rises = records.where(F.col(RISES))
-    if strategy.emission == "on_event":
-        return rises.select(TOPIC, PARTITION, EVENT_TIME, record_position().alias(POSITION))
-    tick = next_tick(F.col(PROCESSING_TIME), strategy.interval_ms).alias("_tick")
-    return (
-        rises.groupBy(TOPIC, PARTITION, tick)
-        .agg(F.max(EVENT_TIME).alias(EVENT_TIME))
-        .select(TOPIC, PARTITION, EVENT_TIME, tick_position(F.col("_tick")).alias(POSITION))
+def _rises(records: DataFrame) -> DataFrame:
+    """The records that raise their partition's highest event time (``_rises``), with their
+    positions: a partition's watermark moves at those only."""
+    return records.where(F.col(RISES)).select(
+        TOPIC, PARTITION, EVENT_TIME, PROCESSING_TIME, record_position().alias(POSITION)
     )
 
 
@@ -146,8 +138,8 @@ def watermark_reaches(
     watermark strategy per source); other topics use the strategy's. Computed now and kept
     (one row per target), so that its input, kept while it is computed, can go.
     """
-    moves = _moves(records, strategy).persist(StorageLevel.MEMORY_AND_DISK)
-    partitions = moves.select(TOPIC, PARTITION).distinct()
+    rising = _rises(records).persist(StorageLevel.MEMORY_AND_DISK)
+    partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
     if strategy.detects_idleness and records.select(TOPIC).distinct().count() > 1:
         raise ValueError(
@@ -155,7 +147,7 @@ def watermark_reaches(
             "sources) is not modelled yet: use one topic, or no idleness"
         )
     threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
-    sweep = moves.select(
+    sweep = rising.select(
         TOPIC,
         PARTITION,
         F.col(EVENT_TIME).alias("_sweep_value"),
@@ -188,7 +180,7 @@ def watermark_reaches(
         reached = _combined(per_partition, strategy, n_partitions)
     reached = reached.persist(StorageLevel.MEMORY_AND_DISK)
     reached.count()
-    moves.unpersist()
+    rising.unpersist()
     return reached
 
 
@@ -258,9 +250,13 @@ def watermark_timeline(
     that raises it, on-event)."""
     interval = strategy.interval_ms
     value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
+    if strategy.emission == "on_event":
+        at = F.col(POSITION)
+    else:
+        at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
     rises = (
-        _moves(records, strategy)
-        .groupBy(TOPIC, PARTITION, F.col(POSITION).alias(EVENT_AT))
+        _rises(records)
+        .groupBy(TOPIC, PARTITION, at.alias(EVENT_AT))
         .agg(F.max(value).alias(EVENT_VALUE))
         .withColumn(EVENT_KIND, F.lit(REACH))
     )
