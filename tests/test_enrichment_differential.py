@@ -9,8 +9,8 @@ counts must equal the reference's exactly. So that CI cannot miss a combination 
 behind an inner lookup: removed records still move the watermark that fires other keys'
 sessions), an all-pairs ``TABLE`` of window kind, domain, trigger, emission, join type, lookup
 time and state source runs too, each row with seeded draws of the same generators.
-``HYPOTHESIS_PROFILE=long`` runs 500 examples instead of CI's 8 (derandomized: add what a
-long run finds as an ``@example``).
+``HYPOTHESIS_PROFILE=long`` runs 500 examples (or ``HYPOTHESIS_MAX_EXAMPLES``) instead of CI's
+8 (derandomized: add what a long run finds as an ``@example``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,11 @@ CI = settings(
     derandomize=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
-LONG = settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+LONG = settings(
+    max_examples=int(os.environ.get("HYPOTHESIS_MAX_EXAMPLES", "500")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 PROFILE = LONG if os.environ.get("HYPOTHESIS_PROFILE") == "long" else CI
 
 CURRENCIES = "xyz"
