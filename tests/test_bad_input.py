@@ -73,20 +73,17 @@ def test_not_a_delta_table_is_refused(spark, tmp_path):
     refused(spark, str(tmp_path / "nowhere"), r"cannot read it as a Delta table")
 
 
-def test_same_offset_with_a_different_event_time_is_refused(spark, make_archive):
-    # The same payload stamped 1 s later: which copy's time is the record's? Neither is sure.
-    df = make_archive([*GOOD, (0, 1, 3000, "a", 2.0)])
+@pytest.mark.parametrize(
+    "copy",
+    [
+        (0, 1, 2000, "a", 99.0),  # another amount
+        (0, 1, 3000, "a", 2.0),  # the same payload stamped 1 s later: whose time is it?
+    ],
+    ids=["payload", "event_time"],
+)
+def test_same_offset_with_different_content_is_refused(spark, make_archive, copy):
     refused(
         spark,
-        df,
-        r"1 record\(s\) archived twice with different content, e\.g\. partition 0 offset 1",
-    )
-
-
-def test_same_offset_with_different_content_is_refused(spark, make_archive):
-    df = make_archive([*GOOD, (0, 1, 2000, "a", 99.0)])
-    refused(
-        spark,
-        df,
+        make_archive([*GOOD, copy]),
         r"1 record\(s\) archived twice with different content, e\.g\. partition 0 offset 1",
     )
