@@ -243,8 +243,10 @@ def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
 def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     """Run the model over the job's archived topics.
 
-    Actions on the data: a validation pass per topic, one pass for the record counts, one for
-    the watermark timeline, then whatever the caller does with the returned DataFrames.
+    Actions on the data, each a named stage (:mod:`stages`): a validation pass per topic, the
+    record counts (which compute and keep the timed records), the watermark (computed and
+    kept), the status counts (which compute and keep the per-window aggregate the emission log
+    and the dropped records are read from), then whatever the caller does with the results.
     """
     timed, counts = timed_records(spark, job)
     distinct = distinct_records(timed)
