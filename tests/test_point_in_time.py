@@ -68,6 +68,44 @@ def test_prediction_rows_keep_duplicates_and_extra_columns(spark):
     ]
 
 
+def test_null_keys_and_times_get_nothing_as_in_a_join(spark):
+    # The sort puts a null-user prediction with the null user's emission (4.0, at 10:00:10);
+    # a join matches no null, and neither does the as-of join.
+    nobody = spark.createDataFrame(
+        [(None, at(0), at(300), at(10), 0, "on_time", 1, 4.0)], emissions(spark).schema
+    )
+    preds = spark.createDataFrame(
+        [(0, None, at(400)), (1, "a", None), (2, "a", at(400))],
+        "row int, user string, ts timestamp",
+    )
+    out = as_of_join(preds, emissions(spark).union(nobody), ["user"], "ts", ["amount_sum"])
+    assert [(r.row, r.amount_sum) for r in out.orderBy("row").collect()] == [
+        (0, None),
+        (1, None),
+        (2, 5.0),
+    ]
+
+
+def test_rows_keep_their_key_type_and_column_order(spark):
+    # int users against long ones: matched on value, the predictions' int column kept, and the
+    # columns in a join's order (keys and time, the others, the features).
+    log = spark.createDataFrame(
+        [(7, at(330), 0, 5.0)],
+        "user long, emit_time timestamp, emit_sequence int, amount_sum double",
+    )
+    preds = spark.createDataFrame(
+        [("x", 7, at(400)), ("y", 8, at(400))], "tag string, user int, ts timestamp"
+    )
+    out = as_of_join(preds, log, ["user"], "ts", ["amount_sum"])
+    assert out.dtypes == [
+        ("user", "int"),
+        ("ts", "timestamp"),
+        ("tag", "string"),
+        ("amount_sum", "double"),
+    ]
+    assert sorted(out.collect()) == [(7, at(400), "x", 5.0), (8, at(400), "y", None)]
+
+
 def test_online_state_is_the_last_emission_at_or_before_end(spark):
     def state(end, start=None):
         rows = state_at(
