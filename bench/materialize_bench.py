@@ -70,27 +70,55 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def redis_benchmark(port: int, n: int, command: list[str] | None = None) -> float:
-    """redis-benchmark's pipelined rate (requests/s) on the server at ``port``: its own HSET test
-    (one field into one hash) or ``command`` (``__rand_int__`` replaced by a random number)."""
+def own_cpu_seconds(server: int) -> float:
+    """CPU seconds of this process and its descendants but ``server``: the Spark driver JVM,
+    its executor threads and the Python workers (children that ended count through their
+    parent)."""
+    parents, times = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    mine, grew = {os.getpid()}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in mine} - mine - {server}
+        mine, grew = mine | more, bool(more)
+    return sum(times[pid] for pid in mine) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_benchmark(
+    server: subprocess.Popen, port: int, n: int, command: list[str] | None = None, keys: int = 0
+) -> tuple[float, float]:
+    """redis-benchmark's pipelined rate (requests/s) on the server at ``port``, and the server's
+    CPU seconds in it: its own HSET test (one field into one hash) or ``command``
+    (``__rand_int__`` replaced by a random number below ``keys``, default ``n``)."""
     test = command or ["-t", "hset"]
+    busy = cpu_seconds(server.pid)
     done = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-P", "100", "-n", str(n), "-r", str(n), "-q"] + test,
+        ["redis-benchmark", "-p", str(port), "-P", "100", "-n", str(n), "-r", str(keys or n), "-q"]
+        + test,
         capture_output=True,
         text=True,
         check=True,
     )
     rate = re.findall(r": ([0-9.]+) requests per second", done.stdout.replace("\r", "\n"))
-    return float(rate[-1])
+    return float(rate[-1]), cpu_seconds(server.pid) - busy
 
 
-def same_shape(client: redis.Redis) -> list[str]:
+def same_shape(client: redis.Redis, distinct: bool = True) -> list[str]:
     """An HSET of the same sizes as a stored Feast row (key, ``_ts`` and feature fields and
-    values), in ASCII, its key made distinct by ``__rand_int__``."""
+    values), in ASCII, its key made distinct by ``__rand_int__``. ``distinct``: each field its
+    own name, as in the row (else all fields of one length share a name, as in earlier runs:
+    the server then stores 2 fields instead of 5)."""
     key = client.randomkey()
     command = ["HSET", "k" * (len(key) - len("__rand_int__")) + "__rand_int__"]
-    for field, value in client.hgetall(key).items():
-        command += ["f" * len(field), "v" * len(value)]
+    for i, (field, value) in enumerate(client.hgetall(key).items()):
+        name = f"{i}".ljust(len(field), "f") if distinct else "f" * len(field)
+        command += [name, "v" * len(value)]
     return command
 
 
@@ -136,14 +164,16 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=2_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--master", default="local[*]", help="Spark master, e.g. local[1]")
+    parser.add_argument("--repeat", type=int, default=1, help="runs into an empty Redis, each")
     args = parser.parse_args()
     proc, port = start_redis()
     try:
         client = redis.Redis(port=port)
-        ceiling = redis_benchmark(port, args.keys)
+        ceiling, busy = redis_benchmark(proc, port, args.keys)
         client.flushall()
         print(
-            f"redis-benchmark -t hset -P 100 -n {args.keys} -r {args.keys}: {ceiling:,.0f} HSET/s"
+            f"redis-benchmark -t hset -P 100 -n {args.keys} -r {args.keys} (one field into one "
+            f"hash): {ceiling:,.0f} HSET/s; redis-server busy {busy:.1f} s"
         )
 
         spark = get_spark(
@@ -177,15 +207,19 @@ def main() -> None:
         warm_up = state.where(F.col("user_id").endswith("000"))  # rows in every partition
         write_online(warm_up, spv, config)
         runs = (
-            ("skip_dedup, into an empty Redis", skipping),
-            ("Feast's rule, into an empty Redis", config),
+            *[("skip_dedup, into an empty Redis", skipping)] * args.repeat,
+            *[("Feast's rule, into an empty Redis", config)] * args.repeat,
             ("Feast's rule, rerun (all skipped)", config),
         )
         best = 0.0
         for label, run_config in runs:
             if "empty" in label:
                 client.flushall()
-            started, busy = time.perf_counter(), cpu_seconds(proc.pid)
+            started, busy, spark = (
+                time.perf_counter(),
+                cpu_seconds(proc.pid),
+                own_cpu_seconds(proc.pid),
+            )
             written = write_online(state, spv, run_config)
             elapsed = time.perf_counter() - started
             rate = written / elapsed
@@ -193,16 +227,27 @@ def main() -> None:
             print(
                 f"plugin {label}: {written:,} keys in {elapsed:.1f} s = {rate:,.0f} keys/s "
                 f"({rate / ceiling:.0%} of redis-benchmark); redis-server busy "
-                f"{cpu_seconds(proc.pid) - busy:.1f} s"
+                f"{cpu_seconds(proc.pid) - busy:.1f} s, Spark (driver, executors, Python "
+                f"workers) {own_cpu_seconds(proc.pid) - spark:.1f} s"
             )
         assert client.dbsize() == args.keys
-        command = same_shape(client)
+        command, earlier = same_shape(client), same_shape(client, distinct=False)
         client.flushall()
-        shaped = redis_benchmark(port, args.keys, command)
+        # Keys drawn from 2e9: new keys, as the plugin's (drawn from --keys, a third repeat).
+        shaped, shaped_busy = redis_benchmark(proc, port, args.keys, command, keys=2_000_000_000)
+        assert (
+            client.dbsize() > 0.99 * args.keys
+            and client.hlen(client.randomkey()) == len(command) // 2 - 1
+        )
+        client.flushall()
+        shaped_before, _ = redis_benchmark(proc, port, args.keys, earlier)
+        client.flushall()
         print(
             f"redis-benchmark, an HSET of a stored row's sizes ({len(command) // 2 - 1} fields, "
-            f"{len(command[1])}-byte key): {shaped:,.0f} HSET/s; the plugin's best run is "
-            f"{best / shaped:.0%} of it"
+            f"{len(command[1])}-byte key, new keys): {shaped:,.0f} HSET/s, redis-server busy "
+            f"{shaped_busy:.1f} s; the plugin's best run is {best / shaped:.0%} of it\n"
+            f"  (as measured before: fields of one length under one name, keys from --keys: "
+            f"{shaped_before:,.0f} HSET/s, the plugin {best / shaped_before:.0%} of it)"
         )
 
         client.flushall()

@@ -397,10 +397,11 @@ def _sample_batch(ids: list, seconds_offset: int = 0) -> pa.RecordBatch:
     )
 
 
+@pytest.mark.parametrize("skip_dedup", [False, True])
 @pytest.mark.parametrize("ttl", [None, 3600])
 @pytest.mark.parametrize("key_type", ["string", "int64"])
 def test_the_writer_stores_the_bytes_feasts_own_redis_writer_stores(
-    servers, tmp_path, key_type, ttl
+    servers, tmp_path, key_type, ttl, skip_dedup
 ):
     from feast import RepoConfig
     from feast.types import Int64, String
@@ -416,6 +417,8 @@ def test_the_writer_stores_the_bytes_feasts_own_redis_writer_stores(
         store = {"type": "redis", "connection_string": f"{server.address},db={db}"}
         if ttl:
             store["key_ttl_seconds"] = ttl
+        if skip_dedup:  # every row written, older ones too: both writers overwrite
+            store["skip_dedup"] = True
         return RepoConfig(
             project="p",
             provider="local",

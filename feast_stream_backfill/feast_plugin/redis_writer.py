@@ -69,18 +69,42 @@ def _fixed(matrix: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(width), n, [None, data]).cast(pa.binary())
 
 
-def _varints(values: np.ndarray) -> pa.Array:
-    """Protobuf varints of int64 values (two's complement, as protobuf encodes int64)."""
-    v = values.astype(np.int64).view(np.uint64)
+def _varint_bytes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Protobuf varints of int64 values (two's complement, as protobuf encodes int64): a
+    (rows, groups) byte matrix, and which of each row's bytes its varint has."""
+    v = values.astype(np.int64, copy=False).view(np.uint64)
     width = max(1, -(-int(v.max(initial=0)).bit_length() // 7))  # groups the largest needs
-    groups = np.stack([(v >> np.uint64(7 * k)) & np.uint64(0x7F) for k in range(width)], axis=1)
-    more = np.stack([(v >> np.uint64(7 * (k + 1))) != 0 for k in range(width)], axis=1)
-    lengths = 1 + more.sum(axis=1)
-    data = (groups | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
-    keep = np.arange(width)[None, :] < lengths[:, None]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data[keep].tobytes())]
-    return pa.Array.from_buffers(pa.binary(), len(values), buffers)
+    rest = v[:, None] >> (np.arange(width, dtype=np.uint64) * np.uint64(7))
+    more = rest[:, 1:] != 0
+    data = (rest & np.uint64(0x7F)).astype(np.uint8)
+    data[:, :-1] |= more.view(np.uint8) << 7
+    has = np.ones(data.shape, dtype=bool)
+    has[:, 1:] = more
+    return data, has
+
+
+def _fields(n: int, *parts: tuple[np.ndarray, np.ndarray | None]) -> pa.Array:
+    """Per row, the bytes of each (rows, width) part its mask keeps (all without a mask), in
+    order: a binary array built by one copy, not one pass per part."""
+    data = np.hstack([part for part, _ in parts])
+    if all(has is None for _, has in parts):
+        width = data.shape[1]
+        offsets, flat = np.arange(0, (n + 1) * width, width, dtype=np.int32), data.reshape(-1)
+    else:
+        has = np.hstack([np.ones(p.shape, bool) if h is None else h for p, h in parts])
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(has.sum(axis=1), out=offsets[1:])
+        flat = data[has]
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
+
+
+def _varints(values: np.ndarray) -> pa.Array:
+    """Protobuf varints of int64 values, one binary value each."""
+    return _fields(len(values), _varint_bytes(values))
+
+
+def _tag(n: int, number: int, wire: int) -> np.ndarray:
+    return np.full((n, 1), number << 3 | wire, dtype=np.uint8)
 
 
 def _le(values: np.ndarray, dtype: str) -> pa.Array:
@@ -121,22 +145,33 @@ def _const_bulk(value: bytes) -> bytes:
 
 
 def _value_proto(column: pa.Array, value_type: ValueType) -> pa.Array:
-    """Serialized ``Value`` protos of a column; a null is an empty ``Value`` (no bytes)."""
+    """Serialized ``Value`` protos of a column; a null (or NaN) is an empty ``Value`` (no
+    bytes)."""
+    n = len(column)
     number, wire = _FEATURE_FIELDS[value_type]
-    tag = bytes([number << 3 | wire])
-    valid = pc.is_valid(column)
     if value_type == ValueType.STRING:
         text = pc.fill_null(column.cast(pa.string()), "").cast(pa.binary())
-        encoded = _join(tag, _varints(pc.binary_length(text).to_numpy()), text)
-    elif value_type in (ValueType.DOUBLE, ValueType.FLOAT):
+        encoded = _join(
+            bytes([number << 3 | wire]), _varints(pc.binary_length(text).to_numpy()), text
+        )
+        return pc.if_else(pc.is_valid(column), encoded, _EMPTY)
+    valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    if value_type in (ValueType.DOUBLE, ValueType.FLOAT):
         dtype = "<f8" if value_type == ValueType.DOUBLE else "<f4"
-        numbers = column.cast(pa.float64()).to_numpy(zero_copy_only=False)
-        encoded = _join(tag, _le(numbers, dtype))
-        valid = pc.and_(valid, pc.invert(pc.is_nan(column.cast(pa.float64()))))
+        numbers = np.ascontiguousarray(
+            column.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype
+        )
+        valid = valid & ~np.isnan(numbers)
+        value = numbers.view(np.uint8).reshape(n, numbers.itemsize), None
     else:  # int32, int64, bool: varints
-        numbers = pc.fill_null(column.cast(pa.int64()), 0).to_numpy()
-        encoded = _join(tag, _varints(numbers))
-    return pc.if_else(pc.fill_null(valid, False), encoded, _EMPTY)
+        value = _varint_bytes(pc.fill_null(column.cast(pa.int64()), 0).to_numpy())
+    if valid.all():
+        return _fields(n, (_tag(n, number, wire), None), value)
+    data, has = value
+    has = valid[:, None] if has is None else has & valid[:, None]
+    return _fields(
+        n, (_tag(n, number, wire), valid[:, None]), (data, np.broadcast_to(has, data.shape))
+    )
 
 
 def _timestamps(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -144,11 +179,12 @@ def _timestamps(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
     micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy()
     seconds, fraction = np.divmod(micros, 1_000_000)
     nanos = fraction * 1000
-    parts = [
-        pc.if_else(pa.array(seconds != 0), _join(b"\x08", _varints(seconds)), _EMPTY),
-        pc.if_else(pa.array(nanos != 0), _join(b"\x10", _varints(nanos)), _EMPTY),
-    ]
-    return _join(*parts), seconds * 1_000_000_000 + nanos
+    n, parts = len(micros), []
+    for number, values in ((1, seconds), (2, nanos)):  # proto3: a zero field is not written
+        data, has = _varint_bytes(values)
+        present = (values != 0)[:, None]
+        parts += [(_tag(n, number, 0), present), (data, has & present)]
+    return _fields(n, *parts), seconds * 1_000_000_000 + nanos
 
 
 class RedisBatchWriter:
@@ -208,6 +244,7 @@ class RedisBatchWriter:
         stamps, nanos = _timestamps(batch.column(self._timestamp_field))
         if not self._dedup:
             self._hset(batch, keys, stamps)
+            self._consume_counts(leave=1)  # the batch before's, read while Redis runs this one
             return
         self._send(_join(b"*3\r\n$5\r\nHMGET\r\n", *_bulk(keys), _const_bulk(self._ts_field)))
         self._expected.append((_STAMPS, batch.num_rows))
@@ -284,15 +321,17 @@ class RedisBatchWriter:
             self._write_newer(*pending)
         self._consume_counts()
 
-    def _consume_counts(self) -> None:
+    def _consume_counts(self, leave: int = 0) -> None:
         """Consume the integer replies (``:n``) of the writes at the head of the replies
-        expected, counted with numpy, not parsed one by one; any other line is an error.
+        expected but the last ``leave`` batches', counted with numpy, not parsed one by one;
+        any other line is an error. Read a batch behind (``leave=1`` under ``skip_dedup``), Redis
+        holds about a batch of replies for the connection, not a whole partition's.
 
         Replies arrive in order, so once the buffer holds as many lines as are owed, the first
         that many are these replies (or an error in their place). Rows whose ``HSET`` succeeded
         count in :attr:`rows_done`, also when another failed (Redis full: ``OOM``)."""
         owed = 0
-        while self._expected and self._expected[0][0] == _COUNTS:
+        while len(self._expected) > leave and self._expected[0][0] == _COUNTS:
             owed += self._expected.popleft()[1]
         if not owed:
             return
