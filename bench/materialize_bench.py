@@ -6,13 +6,16 @@
   materialize`` runs), writing a cached state of ``--keys`` keys (3 features) from the Spark
   executors into an empty Redis, with ``skip_dedup: true`` (HSET only) and with Feast's rule
   (``HMGET _ts`` first, every key written), then again (every key read, none rewritten);
-* ``redis-benchmark`` sending an HSET of the same sizes as a row the plugin stored (a new key
-  with ``_ts`` and three feature fields): the ceiling for Feast's row format on this server;
+* ``redis-benchmark`` sending an HSET of the same sizes as a row the plugin stored (a new key,
+  keys drawn from 2e9, with ``_ts`` and the feature fields, each under its own name): the
+  ceiling for Feast's row format on this server (and, for comparison with earlier runs, the
+  same with fields of one length under one name and keys drawn from ``--keys``);
 * Feast's own ``RedisOnlineStore.online_write_batch`` in one process on 100k of those rows.
 
-Each plugin line also gives the CPU time redis-server spent in it: on a 2-core machine the
-server and the Spark workers share the cores. The plugin's times follow a warm-up write on
-every partition (the executors' Python workers start and import Feast once).
+Each plugin line also gives the CPU time redis-server spent in it and that of the Spark
+processes (driver, executors, Python workers): on a 2-core machine they share the cores.
+The plugin's times follow a warm-up write on every partition (the executors' Python workers
+start and import Feast once).
 
 A redis-server on a free port is started and stopped by the script (no persistence).
 
