@@ -142,25 +142,31 @@ def firings(
     per_status: DataFrame | None = None,
 ) -> DataFrame:
     """Every firing: timers fire each window with its on-time records; a record that fires
-    its window at once emits every accepted record up to it (a running aggregate).
-    ``per_status``: :func:`by_status` of ``classified``, where the caller keeps it."""
+    its window at once emits every accepted record up to it (a running aggregate, over the
+    windows some record fires only). ``per_status``: :func:`by_status` of ``classified``,
+    where the caller keeps it."""
     window = [*keys, WINDOW_START, WINDOW_END]
     parts = []
+    if per_status is None:
+        per_status = by_status(classified, keys, aggregations)
     if trigger.timer is not None:
-        if per_status is None:
-            per_status = by_status(classified, keys, aggregations)
         by_timer = per_status.where(F.col(STATUS) == ON_TIME).withColumn("firing", F.lit(ON_TIME))
         parts.append(by_timer.select(*_firing(window, False, aggregations)))
     if fires_by_record(trigger, event_time):
         labels = {label for label in trigger.on_element if label is not None}
+        accepted = classified.where(F.col(STATUS) != DROPPED)
+        if trigger.on_element[0] is None:  # only late records fire: few windows need a sum
+            fired = per_status.where(F.col(STATUS).isin(*labels))
+            fired = fired.select(*[F.col(c).alias(f"_fired{c}") for c in window]).distinct()
+            same = [F.col(c).eqNullSafe(F.col(f"_fired{c}")) for c in window]  # a key may be null
+            accepted = accepted.join(fired, reduce(Column.__and__, same), "left_semi")
         so_far = (
             Window.partitionBy(*window)
             .orderBy(POSITION)
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
         by_record = (
-            classified.where(F.col(STATUS) != DROPPED)
-            .select(*window, POSITION, STATUS, *_values(aggregations, so_far))
+            accepted.select(*window, POSITION, STATUS, *_values(aggregations, so_far))
             .where(F.col(STATUS).isin(*labels))
             .select(
                 *window,
