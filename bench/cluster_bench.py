@@ -39,7 +39,7 @@ from pathlib import Path
 import redis
 import yaml
 
-from bench.executor_fault import CLUSTER, STATE
+from bench.executor_fault import STATE, standalone_cluster
 from bench.materialize_bench import start_redis
 from bench.soak_materialize import dump
 
@@ -164,14 +164,7 @@ def main() -> None:
     exit_on_signals()
 
     was_running = (STATE / "url").exists()
-    try:
-        started = subprocess.run(
-            ["bash", str(CLUSTER), "start", args.cores, args.worker_memory],
-            check=True,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        url = started.stdout.split()[-1]
+    with standalone_cluster(args.cores, args.worker_memory) as url:
         print(
             f"standalone cluster {url}: 1 worker, {args.cores} cores, {args.worker_memory}"
             + (" (already running: left running)" if was_running else ""),
@@ -188,9 +181,6 @@ def main() -> None:
             url, args.executor_memory, args.records
         ):
             raise SystemExit(1)
-    finally:
-        if not was_running:
-            subprocess.run(["bash", str(CLUSTER), "stop"], check=False)
 
 
 if __name__ == "__main__":

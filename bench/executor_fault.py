@@ -28,6 +28,8 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.backfill_bench import KINDS, bench_job
@@ -44,6 +46,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def standalone_cluster(cores: str, memory: str) -> Iterator[str]:
+    """The local standalone cluster's master URL (``scripts/spark_cluster.sh start``), stopped
+    on leaving unless it was running before."""
+    was_running = (STATE / "url").exists()
+    try:
+        yield subprocess.run(
+            ["bash", str(CLUSTER), "start", cores, memory],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+        ).stdout.split()[-1]
+    finally:
+        if not was_running:
+            subprocess.run(["bash", str(CLUSTER), "stop"], check=False)
 
 
 def executors(worker: int) -> list[int]:
@@ -108,14 +127,7 @@ def main() -> None:
     parser.add_argument("--memory", default="3g")
     args = parser.parse_args()
 
-    was_running = (STATE / "url").exists()
-    url = subprocess.run(
-        ["bash", str(CLUSTER), "start", args.cores, args.memory],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()[-1]
-    try:
+    with standalone_cluster(args.cores, args.memory) as url:
         worker = int((STATE / "worker.pid").read_text())
         spark = get_spark(
             {
@@ -175,9 +187,6 @@ def main() -> None:
             spark.stop()
             if not killed or emissions + dropped:
                 raise SystemExit(1)
-    finally:
-        if not was_running:
-            subprocess.run(["bash", str(CLUSTER), "stop"], check=False)
 
 
 if __name__ == "__main__":
