@@ -183,3 +183,79 @@ def test_a_session_fired_by_a_record_an_inner_lookup_removed(make_archive):
     result = backfill(spark, job)
     assert _firings(result) == [("a", 0, 10, 25, "on_time", 2.0)]
     assert result.stats["records_without_state"] == 1
+
+
+# ------------------------------------------------ which keys take the closed form (by hand)
+
+NEVER = -(2**63)  # no watermark yet
+ON_TIME_ONLY = EventTimeTrigger()
+
+
+def classified(spark, rows, trigger=ON_TIME_ONLY, lateness=0):
+    """``_classify`` of rows (key, t, processing ms, W seen): per key, whether it is simple,
+    and its records' (t, session, dropped) in processing order."""
+    from feast_stream_backfill.columns import POSITION, WATERMARK
+    from feast_stream_backfill.processing_order import Position
+    from feast_stream_backfill.sessions import _DROPPED, _SESSION, _SIMPLE, _TIME, _classify
+
+    df = spark.createDataFrame(
+        [(k, t, Position.record(pt, "t", 0, pt), w) for k, t, pt, w in rows],
+        f"user string, {_TIME} long, {POSITION} "
+        "struct<time: bigint, phase: int, topic: string, partition: int, offset: bigint>, "
+        f"{WATERMARK} long",
+    )
+    out = _classify(df, ["user"], GAP, trigger, lateness).orderBy("user", POSITION).collect()
+    return {
+        k: (
+            {r[_SIMPLE] for r in out if r["user"] == k}.pop(),
+            [(r[_TIME], r[_SESSION], r[_DROPPED]) for r in out if r["user"] == k],
+        )
+        for k in {r["user"] for r in out}
+    }
+
+
+def test_keys_whose_sessions_are_groups_take_the_closed_form(spark):
+    # gap 10, rows (key, t, read at, W then).
+    # "a": 0; 5 joins [0, 10) (W 0 < maxTs 9); 30 opens (30 > 5 + 10); 25 touches [30, 40)
+    # (25 >= 30 - 10), no earlier session (25 > 5 + 10), W 20 < 39: sessions {0, 5}, {30, 25}.
+    # "b": 0; 40 opens; 12 touches neither [0, 10) nor [40, 50) and is not closed: a third
+    # live session, which only the replay follows.
+    # "c": 0; at W = 20, 3 is closed (12 <= 20) and so is every earlier window: dropped for
+    # certain; 50 opens.
+    # "d": 100; 115 opens; at W = 60, 40 is closed and short of [115, 125), but [100, 110) is
+    # not gone (60 < 109): the rule cannot tell that 40 misses it too, so the key is replayed.
+    # "e": 100; at W = 200 everything is gone and 50 is closed: dropped; 300 opens.
+    rows = [
+        ("a", 0, 1, NEVER), ("a", 5, 2, 0), ("a", 30, 3, 4), ("a", 25, 4, 20),
+        ("b", 0, 1, NEVER), ("b", 40, 2, 5), ("b", 12, 3, 6),
+        ("c", 0, 1, NEVER), ("c", 3, 2, 20), ("c", 50, 3, 20),
+        ("d", 100, 1, NEVER), ("d", 115, 2, 50), ("d", 40, 3, 60),
+        ("e", 100, 1, NEVER), ("e", 50, 2, 200), ("e", 300, 3, 200),
+    ]  # fmt: skip
+    assert classified(spark, rows) == {
+        "a": (True, [(0, 1, False), (5, 1, False), (30, 2, False), (25, 2, False)]),
+        "b": (False, [(0, 1, False), (40, 2, False), (12, 2, False)]),
+        "c": (True, [(0, 1, False), (3, 1, True), (50, 2, False)]),
+        "d": (False, [(100, 1, False), (115, 2, False), (40, 2, False)]),
+        "e": (True, [(100, 1, False), (50, 1, True), (300, 2, False)]),
+    }
+
+
+def test_a_record_short_of_the_open_session_is_dropped_once_earlier_ones_are_gone(spark):
+    # gap 10. 100; 200 opens after [100, 110) is gone (W = 150 >= 109, 200 > 100); W = 190:
+    # 150 is closed ([150, 160): 159 <= 190), 150 + 10 < 200 and every earlier session is
+    # gone: dropped for certain, with the key still simple. 195 joins [200, 210) (W 190 < 209).
+    rows = [("k", 100, 1, NEVER), ("k", 200, 2, 150), ("k", 150, 3, 190), ("k", 195, 4, 190)]
+    assert classified(spark, rows) == {
+        "k": (True, [(100, 1, False), (200, 2, False), (150, 2, True), (195, 2, False)])
+    }
+
+
+def test_a_session_that_fires_twice_sends_the_key_to_the_replay(spark):
+    # "late": [0, 10)'s timer fires at W = 9; with L = 20 its state lives on, so 5 joins it
+    # and the session fires a second time: not a group's single firing.
+    # Without lateness the state is gone at W = 9, and 5 (> 0) opens a session of its own.
+    late = classified(spark, [("k", 0, 1, NEVER), ("k", 5, 2, 9)], EventTimeTrigger(20), 20)
+    assert late == {"k": (False, [(0, 1, False), (5, 1, False)])}
+    fired = classified(spark, [("k", 0, 1, NEVER), ("k", 5, 2, 9)])
+    assert fired == {"k": (True, [(0, 1, False), (5, 2, False)])}
