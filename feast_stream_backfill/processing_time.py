@@ -6,17 +6,22 @@ its event time. Closed form, with ``i`` the record's rank among distinct offsets
 
     pt_i = max(pt_{i-1} + D1, et_i + D2) = D2 + i*D1 + max_{j<=i}(et_j - j*D1)
 
-one running max in a single window sorted by offset. Ranks, not offsets, because compacted and
-transactional topics have offset gaps. The same sorted pass flags the records that raise their
-partition's highest event time: the only ones that move its watermark (:mod:`watermarks`), so
-that stage reads a few records instead of sorting them all again.
+a running max: a prefix scan. Ranks, not offsets, because compacted and transactional topics
+have offset gaps. The scan runs over offset ranges in parallel, so that a topic with few huge
+partitions keeps every core busy and no task holds a whole partition: each range is sorted
+once (its local ranks and maxima); a small table of per-range totals (distinct offsets, highest
+event time) gives each range, by a prefix over the ranges before it, its rank base and the
+maxima before it; the two combine into the partition-wide values. The same sorted pass flags
+the records that raise their partition's highest event time: the only ones that move its
+watermark (:mod:`watermarks`), so that stage reads a few records instead of sorting them all
+again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.columns import (
@@ -31,6 +36,10 @@ from feast_stream_backfill.columns import (
     TOPIC,
 )
 
+OFFSETS_PER_RANGE = 2**20
+"""Offsets per range of the parallel scan: large enough that the per-range table stays small
+(a thousand rows per billion offsets), small enough that one range fits a task comfortably."""
+
 
 @dataclass(frozen=True)
 class ProcessingTimeModel:
@@ -44,40 +53,103 @@ class ProcessingTimeModel:
             raise ValueError(f"processing-time delays must be >= 0, got {self}")
 
 
-def with_processing_time(records: DataFrame, model: ProcessingTimeModel) -> DataFrame:
+def with_processing_time(
+    records: DataFrame, model: ProcessingTimeModel, offsets_per_range: int = OFFSETS_PER_RANGE
+) -> DataFrame:
     """Add ``_pt`` (epoch ms), ``_rank`` and ``_rises``, and flag re-archived copies.
 
     A record archived twice (same topic, partition, offset) counts once: later copies get
     ``_duplicate``; a copy whose content (event time or payload) differs from the first gets
-    ``_conflict`` too, so the caller can refuse it rather than pick one silently. A faithful
-    copy repeats its record's event time and rank, so the running maxima may take copies in:
-    with ``D1 = 0`` everything is one sorted pass (one more with ``D1 > 0``, whose maximum
-    reads the ranks).
+    ``_conflict`` too, so the caller can refuse it rather than pick one silently. Copies share
+    their offset, hence their range. A faithful copy repeats its record's event time and rank,
+    so the running maxima may take copies in. ``records`` are validated (no null partition or
+    offset). The totals read the archive a second time, only its offsets and event times: with
+    ``D1 = 0`` hash aggregates, with ``D1 > 0`` a narrow sorted pass (the maximum reads ranks).
     """
+    if offsets_per_range < 1:
+        raise ValueError(f"offsets_per_range must be >= 1, got {offsets_per_range}")
+    gap = model.min_gap_ms
     payload = [c for c in records.columns if not c.startswith("_")]
-    by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
+    ranged = records.withColumn("_range", F.expr(f"{OFFSET} div {offsets_per_range}"))
+    by_offset = Window.partitionBy(TOPIC, PARTITION, "_range").orderBy(OFFSET)
     so_far = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     earlier = by_offset.rowsBetween(Window.unboundedPreceding, -1)
-    flagged = records.withColumn("_hash", F.xxhash64(EVENT_TIME, *payload)).select(
+    local_rank = F.dense_rank().over(by_offset) - 1
+    local = ranged.withColumn("_hash", F.xxhash64(EVENT_TIME, *payload)).select(
         "*",
-        (F.dense_rank().over(by_offset) - 1).alias(RANK),
+        local_rank.alias("_local_rank"),
         F.coalesce(F.lag(OFFSET).over(by_offset) == F.col(OFFSET), F.lit(False)).alias(DUPLICATE),
         F.lag("_hash").over(by_offset).alias("_previous_hash"),
-        F.max(EVENT_TIME).over(earlier).alias("_highest_before"),
-        F.max(EVENT_TIME).over(so_far).alias("_highest"),
+        F.max(EVENT_TIME).over(earlier).alias("_local_before"),
+        # The closed form's maximum (with D1 = 0 the highest event time) in local ranks.
+        F.max(F.col(EVENT_TIME) - local_rank * gap).over(so_far).alias("_local_shifted"),
     )
-    highest_before = F.col("_highest_before")
+    totals = _totals_by_bits(ranged) if gap == 0 else _totals_by_ranks(local)
+    joined = local.join(F.broadcast(_range_prefix(totals, gap)), [TOPIC, PARTITION, "_range"])
+    rank = (F.col("_base") + F.col("_local_rank")).cast("int")
+    highest_before = F.greatest("_prior_highest", "_local_before")
     rises = highest_before.isNull() | (F.col(EVENT_TIME) > highest_before)
-    if model.min_gap_ms:
-        shifted = F.max(F.col(EVENT_TIME) - F.col(RANK) * model.min_gap_ms).over(so_far)
-        read_at = shifted + F.col(RANK) * model.min_gap_ms
-    else:
-        read_at = F.col("_highest")
-    return flagged.select(
+    shifted = F.greatest("_prior_shifted", _shifted_max("_local_shifted", gap))
+    read_at = shifted + rank * gap
+    return joined.select(
         *records.columns,
-        RANK,
+        rank.alias(RANK),
         DUPLICATE,
         (F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash"))).alias(CONFLICT),
         (~F.col(DUPLICATE) & rises).alias(RISES),
         (read_at + model.min_delay_ms).alias(PROCESSING_TIME),
+    )
+
+
+def _shifted_max(local_shifted: str, gap: int) -> Column:
+    """``max(et_j - j*D1)`` over a range's records so far in partition-wide ranks ``j``."""
+    return F.col(local_shifted) - F.col("_base") * gap
+
+
+def _totals_by_ranks(local: DataFrame) -> DataFrame:
+    """Per range: ``_count`` (distinct offsets), ``_range_highest`` (event time) and
+    ``_range_shifted`` (the closed form's maximum in local ranks, which needs the ranks)."""
+    return local.groupBy(TOPIC, PARTITION, "_range").agg(
+        (F.max("_local_rank") + 1).alias("_count"),
+        F.max(EVENT_TIME).alias("_range_highest"),
+        F.max("_local_shifted").alias("_range_shifted"),
+    )
+
+
+def _totals_by_bits(ranged: DataFrame) -> DataFrame:
+    """:func:`_totals_by_ranks` where D1 = 0, without sorting: the closed form's maximum is then
+    the highest event time, and distinct offsets are counted as set bits of 64-offset words
+    (hash aggregates that shrink each task's rows 64-fold before the shuffle)."""
+    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
+    words = ranged.groupBy(TOPIC, PARTITION, "_range", F.shiftright(OFFSET, 6)).agg(
+        F.bit_or(bit).alias("_bits"), F.max(EVENT_TIME).alias("_range_highest")
+    )
+    return words.groupBy(TOPIC, PARTITION, "_range").agg(
+        F.sum(F.bit_count("_bits")).alias("_count"),
+        F.max("_range_highest").alias("_range_highest"),
+        F.max("_range_highest").alias("_range_shifted"),
+    )
+
+
+def _range_prefix(totals: DataFrame, gap: int) -> DataFrame:
+    """Per range: ``_base`` (distinct offsets before it in its partition), ``_prior_highest``
+    (the highest event time before it) and, with ``gap``, ``_prior_shifted`` (the closed
+    form's maximum before it); null where no range precedes. One row per range: small."""
+    before = (
+        Window.partitionBy(TOPIC, PARTITION)
+        .orderBy("_range")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    based = totals.select(
+        "*",
+        F.coalesce(F.sum("_count").over(before), F.lit(0)).alias("_base"),
+        F.max("_range_highest").over(before).alias("_prior_highest"),
+    )
+    return based.select(
+        TOPIC,
+        PARTITION,
+        "_range",
+        "_base",
+        "_prior_highest",
+        F.max(_shifted_max("_range_shifted", gap)).over(before).alias("_prior_shifted"),
     )
