@@ -92,9 +92,17 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
     return windowed.withColumn(STATUS, status).withColumn(FIRE_POSITION, timer)
 
 
-def _values(aggregations: Sequence[Aggregation], over: Over = None) -> list[Column]:
+def _values(
+    aggregations: Sequence[Aggregation], over: Over = None, only: Column | None = None
+) -> list[Column]:
+    """``record_count`` and the features, per group (``over`` None) or running; the features
+    aggregate only the records ``only`` holds for (None: all)."""
     count = F.count(F.lit(1)) if over is None else F.count(F.lit(1)).over(over)
-    return [count.alias("record_count"), *[a.expr(over).alias(a.name) for a in aggregations]]
+    features = [
+        a.expr(over, None if only is None else F.when(only, F.col(a.column))).alias(a.name)
+        for a in aggregations
+    ]
+    return [count.alias("record_count"), *features]
 
 
 def by_status(
@@ -105,8 +113,7 @@ def by_status(
     overflow). Timer firings, dropped records and status counts are all read from it."""
     on_time = F.col(STATUS) == ON_TIME
     return classified.groupBy(*keys, WINDOW_START, WINDOW_END, STATUS, FIRE_POSITION).agg(
-        F.count(F.lit(1)).alias("record_count"),
-        *[a.expr(values=F.when(on_time, F.col(a.column))).alias(a.name) for a in aggregations],
+        *_values(aggregations, only=on_time)
     )
 
 
