@@ -265,9 +265,10 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         timeline = None
         if event_time:
             timeline = watermark_timeline(distinct, job.watermark, bounds)
-        fired, dropped, statuses, cached = session_firings(
+        fired, dropped, statuses, replayed = session_firings(
             kept, job.keys, job.aggregations, job.window, job.trigger, timeline
         )
+        cached = [replayed]
     else:
         windowed = job.window.assign(kept)
         reaches = None

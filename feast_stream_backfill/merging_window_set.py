@@ -1,23 +1,17 @@
 """One key's session windows, as Flink's ``MergingWindowSet`` and ``WindowOperator`` keep them.
 
-Pure Python, no Spark: :mod:`sessions` streams the records of the keys no closed form covers
-through one of these, in processing order. A record opens ``[t, t + gap)``; every live session
-it touches (``TimeWindow.intersects``: ``start <= other.end and end >= other.start``) merges
-with it, and the trigger's rule (:func:`triggers.on_element`) is applied to the *merged*
-window, so a record that alone would be late can join a live session. A session's timer
-waits for the watermark (or clock) to reach its ``maxTs``; its state is gone once it reaches
-``maxTs + L``.
-
-Time is what each record brings: the watermark it sees (processing time: the clock, its
-``pt - 1``, as a timer for ``maxTs`` fires at ``maxTs + 1`` before that millisecond's records)
-and, at the end, the archive's last watermark. A timer fires "before this record" iff the
-record's watermark has reached its target: the firing carries the target, and the caller
-finds where the watermark first reached it (:mod:`watermark_lookup`). Timers due before one
-record fire by timestamp, as their positions would order them (the watermark never goes down).
+Pure Python, no Spark: :mod:`sessions` streams each key's records through one of these in
+processing order. A record opens ``[t, t + gap)``; every live session it touches
+(``TimeWindow.intersects``: ``start <= other.end and end >= other.start``) merges with it,
+and the trigger's rule (:func:`triggers.on_element`) is applied to the *merged* window, so a
+record that alone would be late can join a live session. A session's timer is where its
+trigger fires it; its state is gone once the watermark (or clock) passes ``maxTs + L``.
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -35,11 +29,45 @@ from feast_stream_backfill.triggers import (
 )
 
 
+class WatermarkTimeline:
+    """The combined watermark's changes, in processing order (the broadcast timeline)."""
+
+    def __init__(self, positions: Sequence[Position], values: Sequence[int]) -> None:
+        self.positions = list(positions)
+        self.times = [p.time for p in self.positions]
+        self.values = list(values)
+
+    def before(self, at: Position) -> float:
+        """The watermark a record at ``at`` sees: the last change before it."""
+        i = bisect_left(self.times, at.time)
+        while i < len(self.positions) and self.positions[i] < at:  # the same millisecond
+            i += 1
+        return self.values[i - 1] if i else -math.inf
+
+    def first_reaching(self, target: int) -> Position | None:
+        """Where the watermark first reaches ``target`` (None: not before the archive ends)."""
+        i = bisect_left(self.values, target)
+        return self.positions[i] if i < len(self.positions) else None
+
+
+#: After every position: the archive's end.
+END = Position(math.inf, 0, "", 0, 0)  # type: ignore[arg-type]
+
+
+class ProcessingClock:
+    """Processing time's clock: a timer for ``maxTs`` fires at ``maxTs + 1``, always."""
+
+    def before(self, at: Position) -> float:
+        return -math.inf
+
+    def first_reaching(self, target: int) -> Position:
+        return Position.clock(target)
+
+
 class Firing(NamedTuple):
     start: int
     end: int
-    at: Position | None  # a record's firing: its position
-    target: int | None  # a timer's: the watermark it waited for (its ``maxTs``)
+    at: Position
     by_record: bool
     label: str
     record_count: int
@@ -51,9 +79,11 @@ class Session:
     start: int
     end: int
     accumulators: list[Any]
+    cleanup: Position | None  # from here on its state is gone (None: not in the archive,
+    # or not computed yet)
     records: int = 0
     waiting: int = 0  # records no firing has emitted yet
-    timer: int | None = None  # the watermark its trigger's timer waits for (its maxTs)
+    timer: Position | None = None  # where its trigger's timer fires it
 
     def absorb(self, other: Session, functions: Sequence[Function]) -> None:
         self.records += other.records
@@ -67,14 +97,13 @@ class Session:
 @dataclass
 class MergingWindowSet:
     """Sessions of one key; ``functions`` aggregate the values each record brings.
-    ``lateness`` is the allowed lateness (0 in processing time: Flink's ``cleanupTime``);
-    ``last_watermark`` is the watermark when the archive ends."""
+    ``lateness`` is the allowed lateness (0 in processing time: Flink's ``cleanupTime``)."""
 
     gap: int
     trigger: Trigger
     lateness: int
     functions: Sequence[Function]
-    last_watermark: float
+    watermark: WatermarkTimeline | ProcessingClock
     sessions: dict[int, Session] = field(default_factory=dict)  # live ones, by start
     firings: list[Firing] = field(default_factory=list)
     dropped: dict[int, int] = field(default_factory=dict)  # a dropped record's own start -> n
@@ -87,12 +116,12 @@ class MergingWindowSet:
             start, end = min(start, s.start), max(end, s.end)
         return start, end, touching
 
-    def add(self, time: int, values: Sequence[Any], at: Position, watermark: float) -> str:
-        """A record (its window time, aggregated values, position and the watermark it
-        sees): its outcome."""
-        self.due(watermark)
+    def add(self, time: int, values: Sequence[Any], at: Position) -> str:
+        """A record (its window time, aggregated values and position): its outcome."""
+        self.due(at)
         start, end, touching = self.merge(time, time + self.gap)
         max_ts = end - 1
+        watermark = self.watermark.before(at)
         outcome = on_element(self.trigger, max_ts + self.lateness <= watermark, max_ts <= watermark)
         if outcome == DROPPED:
             self.dropped[time] = self.dropped.get(time, 0) + 1
@@ -101,10 +130,12 @@ class MergingWindowSet:
         if len(touching) == 1:  # the common case: a record extends one session
             merged = self.sessions.pop(touching[0].start)
         else:
-            merged = Session(start, end, [f.zero for f in self.functions])
+            merged = Session(start, end, [f.zero for f in self.functions], None)
             for s in touching:
                 merged.absorb(self.sessions.pop(s.start), self.functions)
-        merged.start, merged.end = start, end
+        if merged.cleanup is None or merged.end != end or merged.start != start:
+            merged.start, merged.end = start, end
+            merged.cleanup = self.watermark.first_reaching(max_ts + self.lateness)
         merged.records += 1
         merged.accumulators = [
             a if v is None else f.add(a, v)
@@ -113,33 +144,37 @@ class MergingWindowSet:
         self.sessions[start] = merged
         if outcome == WAITING:
             merged.waiting += 1
-            merged.timer = max_ts
+            reached = merged.cleanup if not self.lateness else None
+            merged.timer = reached or self.watermark.first_reaching(max_ts)
         else:
             self.counts[outcome] += 1
-            self._fire(merged, at, None, outcome)
+            self._fire(merged, at, True, outcome)
         return outcome
 
-    def due(self, watermark: float) -> None:
-        """Timers the watermark has reached fire, in timestamp order; then the sessions
-        whose cleanup time (``maxTs + L``) it has reached are forgotten."""
-        due = [s for s in self.sessions.values() if s.timer is not None and s.timer <= watermark]
-        for s in sorted(due, key=lambda s: s.timer):
-            self._fire(s, None, s.timer, ON_TIME)
+    def due(self, before: Position) -> None:
+        """Timers before ``before`` fire, in timestamp order; then the sessions whose
+        cleanup time has passed are forgotten."""
+        due = [s for s in self.sessions.values() if s.timer is not None and s.timer < before]
+        for s in sorted(due, key=lambda s: (s.timer, s.end)):
+            self._fire(s, s.timer, False, ON_TIME)
             s.timer = None
-        gone = [s.start for s in self.sessions.values() if s.end - 1 + self.lateness <= watermark]
+        self.expire(before)
+
+    def expire(self, before: Position) -> None:
+        gone = [
+            s.start for s in self.sessions.values() if s.cleanup is not None and s.cleanup < before
+        ]
         for start in gone:
             del self.sessions[start]
 
     def finish(self) -> None:
         """The archive's end: what has not fired waits forever (PENDING)."""
-        self.due(self.last_watermark)
+        self.due(END)
         self.counts[PENDING] += sum(s.waiting for s in self.sessions.values())
         self.sessions.clear()
 
-    def _fire(self, s: Session, at: Position | None, target: int | None, label: str) -> None:
+    def _fire(self, s: Session, at: Position, by_record: bool, label: str) -> None:
         self.counts[ON_TIME] += s.waiting  # a firing emits every record waiting in it
         s.waiting = 0
         values = tuple(f.result(a) for f, a in zip(self.functions, s.accumulators, strict=True))
-        self.firings.append(
-            Firing(s.start, s.end, at, target, at is not None, label, s.records, values)
-        )
+        self.firings.append(Firing(s.start, s.end, at, by_record, label, s.records, values))
