@@ -16,8 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import numpy as np
+import pyarrow as pa
+
 from feast_stream_backfill.aggregations import Function
-from feast_stream_backfill.processing_order import Position
+from feast_stream_backfill.processing_order import RECORD, Position
 from feast_stream_backfill.triggers import (
     DROPPED,
     ON_TIME,
@@ -28,26 +31,142 @@ from feast_stream_backfill.triggers import (
     on_element,
 )
 
+LONG_MIN = -(1 << 63)
+
 
 class WatermarkTimeline:
-    """The combined watermark's changes, in processing order (the broadcast timeline)."""
+    """The combined watermark's changes, in processing order (broadcast to every task).
+
+    Held as numpy columns, a position's fields each (topics as codes in name order, so that
+    codes compare as names do): a month of 200 ms ticks is 13M changes, too many for Python
+    objects. Looked up one position at a time (the replay) or a column at a time
+    (:mod:`session_groups`)."""
 
     def __init__(self, positions: Sequence[Position], values: Sequence[int]) -> None:
-        self.positions = list(positions)
-        self.times = [p.time for p in self.positions]
-        self.values = list(values)
+        self.topics = sorted({p.topic for p in positions})
+        code = {t: i for i, t in enumerate(self.topics)}
+        columns = list(zip(*positions, strict=True)) or [()] * len(Position._fields)
+        time, phase, topic, partition, offset = columns
+        self._set([time, phase, [code[t] for t in topic], partition, offset], values)
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> WatermarkTimeline:
+        """From Arrow columns ``time, phase, topic, partition, offset`` and the value, sorted."""
+        timeline = cls.__new__(cls)
+        topic = table.column("topic").combine_chunks().dictionary_encode()
+        names = topic.dictionary.to_pylist()
+        timeline.topics = sorted(names)
+        code = np.array([timeline.topics.index(n) for n in names], dtype=np.int64)
+        codes = code[topic.indices.to_numpy(zero_copy_only=False)] if names else []
+        time, phase, _, partition, offset, values = (c.to_numpy() for c in table.columns)
+        timeline._set([time, phase, codes, partition, offset], values)
+        return timeline
+
+    def _set(self, fields: list, values: Sequence[int] | pa.ChunkedArray) -> None:
+        self.times, self.phases, self.codes, self.partitions, self.offsets = [
+            np.asarray(f, dtype=np.int64) for f in fields
+        ]
+        self.values = np.asarray(values, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def position(self, i: int) -> Position:
+        return Position(
+            int(self.times[i]),
+            int(self.phases[i]),
+            self.topics[self.codes[i]] if self.topics else "",
+            int(self.partitions[i]),
+            int(self.offsets[i]),
+        )
 
     def before(self, at: Position) -> float:
         """The watermark a record at ``at`` sees: the last change before it."""
-        i = bisect_left(self.times, at.time)
-        while i < len(self.positions) and self.positions[i] < at:  # the same millisecond
+        i = int(np.searchsorted(self.times, at.time, "left"))
+        while i < len(self) and self.position(i) < at:  # the same millisecond
             i += 1
-        return self.values[i - 1] if i else -math.inf
+        return int(self.values[i - 1]) if i else -math.inf
 
     def first_reaching(self, target: int) -> Position | None:
         """Where the watermark first reaches ``target`` (None: not before the archive ends)."""
-        i = bisect_left(self.values, target)
-        return self.positions[i] if i < len(self.positions) else None
+        i = int(np.searchsorted(self.values, target, "left"))
+        return self.position(i) if i < len(self) else None
+
+    def before_each(
+        self, time: np.ndarray, topic: pa.Array, partition: np.ndarray, offset: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`before` for a column of record positions, ``LONG_MIN`` for none yet.
+
+        A change counts if it is earlier in processing order: at an earlier millisecond, or
+        at the same one and earlier by (phase, topic, partition, offset). The few records
+        sharing a millisecond with a change are ordered among those changes by a sort."""
+        if not len(self):
+            return np.full(len(time), LONG_MIN, dtype=np.int64)
+        count = np.searchsorted(self.times, time, "left")
+        tied = np.flatnonzero(np.searchsorted(self.times, time, "right") > count)
+        if tied.size:
+            count[tied] += self._earlier_same_ms(
+                time[tied], count[tied], topic.take(tied), partition[tied], offset[tied]
+            )
+        return np.where(count > 0, self.values[np.maximum(count, 1) - 1], LONG_MIN)
+
+    def _earlier_same_ms(
+        self,
+        time: np.ndarray,
+        first: np.ndarray,
+        topic: pa.Array,
+        partition: np.ndarray,
+        offset: np.ndarray,
+    ) -> np.ndarray:
+        """For records at milliseconds with changes (``first``: each one's first change),
+        how many of those changes are earlier than the record."""
+        last = np.searchsorted(self.times, time, "right")
+        lengths = last - first
+        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        changes = np.unique(np.repeat(first, lengths) + within)
+        # Topic codes doubled, a record's topic missing from the timeline sits between two.
+        names = topic.dictionary_encode()
+        record_code = np.array(
+            [
+                2 * bisect_left(self.topics, n) - (n not in self.topics)
+                for n in names.dictionary.to_pylist()
+            ],
+            dtype=np.int64,
+        )[names.indices.to_numpy(zero_copy_only=False)]
+        n = len(changes)
+        order = np.lexsort(
+            (
+                np.r_[np.ones(n), np.zeros(len(time))],  # a record before a change at its position
+                np.r_[self.offsets[changes], offset],
+                np.r_[self.partitions[changes], partition],
+                np.r_[2 * self.codes[changes], record_code],
+                np.r_[self.phases[changes], np.full(len(time), RECORD)],
+                np.r_[self.times[changes], time],
+            )
+        )
+        is_change = order < n
+        records = order[~is_change] - n
+        earlier = np.empty(len(time), dtype=np.int64)
+        earlier[records] = np.cumsum(is_change)[~is_change] - np.searchsorted(
+            self.times[changes], time[records], "left"
+        )
+        return earlier
+
+    def columns(self, changes: np.ndarray) -> tuple:
+        """The positions of ``changes`` (indices), a column per field."""
+        topics = np.array(self.topics or [""], dtype=object)[self.codes[changes]]
+        return (
+            self.times[changes],
+            self.phases[changes],
+            topics,
+            self.partitions[changes],
+            self.offsets[changes],
+        )
+
+    def first_reaching_each(self, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`first_reaching` for a column: (reached, index of the change)."""
+        i = np.searchsorted(self.values, target, "left")
+        return i < len(self), np.minimum(i, len(self) - 1)
 
 
 #: After every position: the archive's end.
