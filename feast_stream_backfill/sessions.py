@@ -94,9 +94,12 @@ def session_firings(
     timeline = None
     if event_time:
         with stage("watermark"):
-            ordered = watermark_timeline.select(*fields(POSITION), WATERMARK).orderBy(*dict(FIELDS))
+            # sorted where it is collected: Spark's orderBy would sample it first, computing
+            # the watermark's replay twice
+            changes = watermark_timeline.select(*fields(POSITION), WATERMARK).toArrow()
+            ordered = changes.sort_by([(name, "ascending") for name, _ in FIELDS])
             timeline = records.sparkSession.sparkContext.broadcast(
-                WatermarkTimeline.from_arrow(ordered.toArrow())
+                WatermarkTimeline.from_arrow(ordered)
             )
     lateness = trigger.allowed_lateness_ms if event_time else 0
     columns = list(dict.fromkeys(a.column for a in aggregations))
