@@ -203,6 +203,8 @@ def aggregate(
         values = np.where(valid, values, _identity(function, values))
         if values.dtype.kind == "f" and function in ("sum", "mean"):
             result = _added_in_order(values, groups)
+            if function == "mean":  # its sum starts from 0: never -0.0
+                result = result + 0.0
         else:
             result = running(_CUMULATIVE[function], values, groups)
         if values.dtype.kind == "f":  # pandas skips NaN; Java's arithmetic keeps it

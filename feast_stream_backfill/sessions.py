@@ -104,33 +104,8 @@ def session_firings(
     lateness = trigger.allowed_lateness_ms if event_time else 0
     columns = list(dict.fromkeys(a.column for a in aggregations))
     types = records.select(*keys, *columns).schema
-    schema = StructType(
-        [
-            *[StructField(f.name, f.dataType, True) for f in types.fields[: len(keys)]],
-            StructField(_ROW, StringType()),
-            StructField(WINDOW_START, LongType()),
-            StructField(WINDOW_END, LongType()),
-            *[StructField(f"{_AT}{f.name}", f.dataType) for f in STRUCT.fields],
-            StructField(FIRED_BY_RECORD, BooleanType()),
-            StructField("firing", StringType()),
-            StructField("record_count", LongType()),
-            StructField(_COUNT, LongType()),
-            *[StructField(a.name, a.result_type(types[a.column].dataType)) for a in aggregations],
-        ]
-    )
-    vectorised = all(
-        vectorisable(a.function, to_arrow_type(types[a.column].dataType)) for a in aggregations
-    )
-    replay = _Replay(
-        len(keys),
-        columns,
-        aggregations,
-        window.gap_ms,
-        trigger,
-        lateness,
-        vectorised,
-        to_arrow_schema(schema, timezone="UTC"),
-    )
+    schema = _output_schema(types, len(keys), aggregations)
+    replay = _Replay(len(keys), columns, aggregations, window.gap_ms, trigger, lateness, types)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         return replay(batches, timeline.value if timeline else ProcessingClock())
@@ -173,6 +148,25 @@ def session_firings(
     return firings, dropped, statuses, out
 
 
+def _output_schema(types: StructType, width: int, aggregations: Sequence[Aggregation]):
+    """The ``mapInArrow`` output's: keys (``types``' first ``width``), the kind of row, the
+    window, the firing's position and label, counts and the features."""
+    return StructType(
+        [
+            *[StructField(f.name, f.dataType, True) for f in types.fields[:width]],
+            StructField(_ROW, StringType()),
+            StructField(WINDOW_START, LongType()),
+            StructField(WINDOW_END, LongType()),
+            *[StructField(f"{_AT}{f.name}", f.dataType) for f in STRUCT.fields],
+            StructField(FIRED_BY_RECORD, BooleanType()),
+            StructField("firing", StringType()),
+            StructField("record_count", LongType()),
+            StructField(_COUNT, LongType()),
+            *[StructField(a.name, a.result_type(types[a.column].dataType)) for a in aggregations],
+        ]
+    )
+
+
 class _Replay:
     """The ``mapInArrow`` function: rows sorted by key and processing order in, firings,
     dropped records and status counts out. Whole keys are taken a chunk at a time: their
@@ -187,12 +181,18 @@ class _Replay:
         gap: int,
         trigger: Trigger,
         lateness: int,
-        vectorised: bool,
-        schema: pa.Schema,
+        types: StructType,
+        vectorised: bool = True,
     ) -> None:
+        """``types``: the keys' and the aggregated columns'; ``vectorised=False`` replays
+        every record (the reference the numpy path is tested against)."""
         self.width, self.columns, self.aggregations = width, columns, aggregations
         self.gap, self.trigger, self.lateness = gap, trigger, lateness
-        self.vectorised, self.schema = vectorised, schema
+        self.vectorised = vectorised and all(
+            vectorisable(a.function, to_arrow_type(types[a.column].dataType)) for a in aggregations
+        )
+        schema = _output_schema(types, width, aggregations)
+        self.schema = to_arrow_schema(schema, timezone="UTC")
         self.value_at = [width + 5 + columns.index(a.column) for a in aggregations]
 
     def __call__(
