@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import redis
@@ -13,10 +15,14 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.spark import get_spark
 
+# Every Spark JVM the tests start, here or in a `feast` subprocess, reads these defaults.
+os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
+
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    return get_spark({"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"})
+    # Two cores: a task per core (more partitions of a few rows each only add tasks).
+    return get_spark({"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
 
 
 def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFrame:
