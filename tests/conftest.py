@@ -19,10 +19,26 @@ from feast_stream_backfill.spark import get_spark
 os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
 
 
+#: Two cores: a task per core (more partitions of a few rows each only add tasks).
+SHUFFLE_PARTITIONS = "2"
+
+
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    # Two cores: a task per core (more partitions of a few rows each only add tasks).
-    return get_spark({"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"})
+    return get_spark(
+        {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS, "spark.default.parallelism": "2"}
+    )
+
+
+@pytest.fixture(autouse=True)
+def _shuffle_partitions_restored():
+    """A feature repo's ``spark_conf`` is applied to the shared session (feature_repo/ asks
+    for 16 partitions): put it back after the test so later tests do not run 16 tasks a
+    shuffle on a few rows (the tests run without adaptive coalescing)."""
+    yield
+    active = SparkSession.getActiveSession()
+    if active is not None and active.conf.get("spark.sql.shuffle.partitions") != SHUFFLE_PARTITIONS:
+        active.conf.set("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
 
 
 def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFrame:
