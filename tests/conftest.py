@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import redis
@@ -13,10 +15,30 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.spark import get_spark
 
+# Every Spark JVM the tests start, here or in a `feast` subprocess, reads these defaults.
+os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
+
+
+#: Two cores: a task per core (more partitions of a few rows each only add tasks).
+SHUFFLE_PARTITIONS = "2"
+
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    return get_spark({"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "4"})
+    return get_spark(
+        {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS, "spark.default.parallelism": "2"}
+    )
+
+
+@pytest.fixture(autouse=True)
+def _shuffle_partitions_restored():
+    """A feature repo's ``spark_conf`` is applied to the shared session (feature_repo/ asks
+    for 16 partitions): put it back after the test so later tests do not run 16 tasks a
+    shuffle on a few rows (the tests run without adaptive coalescing)."""
+    yield
+    active = SparkSession.getActiveSession()
+    if active is not None and active.conf.get("spark.sql.shuffle.partitions") != SHUFFLE_PARTITIONS:
+        active.conf.set("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
 
 
 def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFrame:

@@ -174,7 +174,8 @@ def test_the_enriched_view_sums_fees_at_the_tier_rate_of_processing_time(repo):
         entity_df=entity_df, features=["user_fees_5m:fees_5m"]
     ).to_df()
     assert list(df["fees_5m"]) == pytest.approx([0.65, 0.09, 0.04, 0.21])
-    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+    # In this process: the CLI's materialize is the first test's (each costs a JVM start).
+    store.materialize(t("00:00:00"), t("10:20:00"))
     online = store.get_online_features(
         ["user_fees_5m:fees_5m"], [{"user_id": "u1"}, {"user_id": "u2"}]
     ).to_dict()
