@@ -41,6 +41,27 @@ def _shuffle_partitions_restored():
         active.conf.set("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
 
 
+#: What tests/spark_conf/ switches off, as Spark ships it and users run it.
+SPARK_AS_SHIPPED = {
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+
+@pytest.fixture
+def spark_as_shipped(spark: SparkSession) -> SparkSession:
+    """The shared session with generated code and adaptive plans on, for one test: the
+    suite's defaults switch them off to save compile time, so a few cases prove that what
+    users run gives the same logs."""
+    before = {name: spark.conf.get(name) for name in SPARK_AS_SHIPPED}
+    for name, value in SPARK_AS_SHIPPED.items():
+        spark.conf.set(name, value)
+    yield spark
+    for name, value in before.items():
+        spark.conf.set(name, value)
+
+
 def archive(spark: SparkSession, rows: list[tuple], key: str = "user") -> DataFrame:
     """An archived topic from ``(partition, offset, event_time_ms, key, amount)`` tuples."""
     df = spark.createDataFrame(

@@ -376,6 +376,17 @@ def test_all_pairs_table_row(spark, records, job):
     check(spark, records, job)
 
 
+#: Rows run again with Spark's generated code and adaptive plans (see conftest): sessions
+#: through the numpy path, aligned windows with idleness, NaN, per-record firings.
+AS_SHIPPED_ROWS = [2, 3]
+
+
+@pytest.mark.parametrize("row", AS_SHIPPED_ROWS)
+def test_table_rows_as_spark_ships(spark_as_shipped, row):
+    assert spark_as_shipped.conf.get("spark.sql.codegen.wholeStage") == "true"
+    check(spark_as_shipped, *TABLE[row])
+
+
 def test_the_table_covers_every_valid_pair():
     """Every pair of option values a valid job can have is in some row, as read from the
     rows' jobs and archives; and every row is a job the plugin and Flink both express."""
