@@ -203,10 +203,9 @@ class _Replay:
             starts = _key_starts(chunk, self.width)
             rest = np.arange(len(chunk))
             if self.vectorised:
-                simple = self._simple(chunk, starts, clock, counts)
-                if simple is not None:
-                    yield from simple[1]
-                    rest = np.flatnonzero(~simple[0])
+                simple, output = self._simple(chunk, starts, clock, counts)
+                yield from output
+                rest = np.flatnonzero(~simple)
             if rest.size:
                 yield from self._replayed(chunk.take(rest), clock, counts)
         status = pa.array(list(counts), pa.string())
