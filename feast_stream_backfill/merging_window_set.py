@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from feast_stream_backfill.aggregations import Function
-from feast_stream_backfill.processing_order import RECORD, Position
+from feast_stream_backfill.processing_order import LONG_MIN, RECORD, Position
 from feast_stream_backfill.triggers import (
     DROPPED,
     ON_TIME,
@@ -30,8 +30,6 @@ from feast_stream_backfill.triggers import (
     Trigger,
     on_element,
 )
-
-LONG_MIN = -(1 << 63)
 
 
 class WatermarkTimeline:

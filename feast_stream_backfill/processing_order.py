@@ -24,6 +24,8 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from feast_stream_backfill.columns import OFFSET, PARTITION, PROCESSING_TIME, TOPIC
 
 CLOCK, RECORD, TICK = -1, 0, 1
+#: Flink's ``Long.MIN_VALUE``: the watermark before any.
+LONG_MIN = -(1 << 63)
 
 #: The struct's fields and their Spark types, in comparison order.
 FIELDS: tuple[tuple[str, str], ...] = (

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from feast_stream_backfill.merging_window_set import LONG_MIN
+from feast_stream_backfill.processing_order import LONG_MIN
 
 LONG_MAX = (1 << 63) - 1
 #: Integer sums beyond this leave a float's exact range: the replay computes them (and raises

@@ -45,6 +45,7 @@ from feast_stream_backfill.columns import (
 )
 from feast_stream_backfill.idleness import idle_events, idle_periods
 from feast_stream_backfill.processing_order import (
+    LONG_MIN,
     from_fields,
     next_tick,
     record_position,
@@ -52,7 +53,6 @@ from feast_stream_backfill.processing_order import (
 )
 from feast_stream_backfill.watermark_replay import REACH, replay
 
-LONG_MIN = -(1 << 63)
 _REACHED = "_reached"
 
 

@@ -21,12 +21,8 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from feast_stream_backfill import sessions
 from feast_stream_backfill.aggregations import FUNCTIONS, Aggregation
 from feast_stream_backfill.columns import WINDOW_END, WINDOW_START
-from feast_stream_backfill.merging_window_set import (
-    LONG_MIN,
-    ProcessingClock,
-    WatermarkTimeline,
-)
-from feast_stream_backfill.processing_order import CLOCK, RECORD, TICK, Position
+from feast_stream_backfill.merging_window_set import ProcessingClock, WatermarkTimeline
+from feast_stream_backfill.processing_order import CLOCK, LONG_MIN, RECORD, TICK, Position
 from feast_stream_backfill.session_groups import Column, aggregate, classify, stretches
 from feast_stream_backfill.triggers import (
     EventTimeTrigger,
