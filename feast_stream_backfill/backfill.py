@@ -36,7 +36,7 @@ from feast_stream_backfill.enrichment import (
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
-from feast_stream_backfill.records import ArchivedTopic, read_records
+from feast_stream_backfill.records import ArchivedTopic, observed_records
 from feast_stream_backfill.sessions import session_firings
 from feast_stream_backfill.stages import stage
 from feast_stream_backfill.triggers import (
@@ -199,16 +199,16 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         for a in job.aggregations
         if a.function in ("sum", "mean") and a.column in job.payload_columns
     ]
+    read = [
+        observed_records(spark, t, job.payload_columns, keys=refused, numeric=numeric)
+        for t in job.topics
+    ]
     records = reduce(
         DataFrame.unionByName,
-        [
-            read_records(spark, t, job.payload_columns, keys=refused, numeric=numeric).select(
-                TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns
-            )
-            for t in job.topics
-        ],
+        [df.select(TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns) for df, _ in read],
     )
-    timed = with_processing_time(records, job.processing_time).persist(StorageLevel.MEMORY_AND_DISK)
+    timed = with_processing_time(records, job.processing_time)
+    timed = timed.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     with stage("processing time"):
         counts = timed.agg(
             F.count(F.lit(1)).alias("records_read"),
@@ -216,6 +216,12 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
             F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
             F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
         ).first()
+    try:
+        for _, checks in read:  # observed as the counts read every record
+            checks.verify()
+    except BadArchiveError:
+        timed.unpersist()
+        raise
     if counts["conflicts"]:
         example = timed.where(F.col(CONFLICT)).select(TOPIC, PARTITION, OFFSET).first()
         timed.unpersist()
@@ -243,10 +249,11 @@ def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
 def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     """Run the model over the job's archived topics.
 
-    Actions on the data, each a named stage (:mod:`stages`): a validation pass per topic, the
-    record counts (which compute and keep the timed records), the watermark (computed and
-    kept), the status counts (which compute and keep the per-window aggregate the emission log
-    and the dropped records are read from), then whatever the caller does with the results.
+    Actions on the data, each a named stage (:mod:`stages`): the record counts (which compute
+    and keep the timed records, and check every record's values as they go: no validation pass
+    of its own), the watermark (computed and kept), the status counts (which compute and keep
+    the per-window aggregate the emission log and the dropped records are read from), then
+    whatever the caller does with the results.
     """
     timed, counts = timed_records(spark, job)
     distinct = distinct_records(timed)
@@ -255,7 +262,9 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     keyed = keyed_records(job, distinct)
     enriched = None
     if job.lookups or job.derived:
-        enriched = enrich(keyed, job.lookups, job.derived).persist(StorageLevel.MEMORY_AND_DISK)
+        enriched = enrich(keyed, job.lookups, job.derived).persist(
+            StorageLevel.MEMORY_AND_DISK_DESER
+        )
     kept = keyed if enriched is None else enriched
     bounds = {
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
@@ -278,7 +287,7 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
                 reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
         classified = classify(windowed, job.trigger, reaches)
         per_status = by_status(classified, job.keys, job.aggregations)
-        per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK)
+        per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)
         dropped = dropped_records(per_status, job.keys)
         statuses = status_counts(per_status)

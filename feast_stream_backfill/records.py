@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
@@ -119,9 +119,67 @@ def read_records(
     partition/offset/timestamp values, null ``keys`` (Flink's ``keyBy`` fails the job on a
     null key; the caller leaves them out when the job drops such records), negative
     partitions or offsets, or an empty archive; value problems with their count and the first
-    record's partition and offset. This costs one pass over the table: cheap next to the
-    backfill, and the only way to refuse bad data before it silently becomes wrong features.
+    record's partition and offset. The value checks cost a pass over the table here;
+    :func:`observed_records` makes them ride on the caller's own first pass.
     """
+    records, checks = observed_records(spark, topic, required, keys=keys, numeric=numeric)
+    with stage("validation"):
+        records.count()
+    checks.verify()
+    return records
+
+
+@dataclass
+class RecordChecks:
+    """A topic's value checks (:func:`read_records`), computed as Spark observed metrics: an
+    aggregate taken while some action reads the records, at no pass of its own. Refusing bad
+    data before it silently becomes wrong features then costs nothing."""
+
+    where: str
+    problems: list[tuple[str, Column]]
+    place: Column
+    observation: Observation = field(default_factory=Observation)
+
+    def observe(self, records: DataFrame) -> DataFrame:
+        return records.observe(
+            self.observation,
+            F.count(F.lit(1)).alias("_rows"),
+            *[F.count_if(bad).alias(f"_n{i}") for i, (_, bad) in enumerate(self.problems)],
+            *[
+                F.min(F.when(bad, self.place)).alias(f"_at{i}")
+                for i, (_, bad) in enumerate(self.problems)
+            ],
+        )
+
+    def verify(self) -> None:
+        """Raise :class:`BadArchiveError` for every problem found, or an empty archive. Call
+        it after the first action that read every record (it waits for that action)."""
+        row = self.observation.get
+        if not row.get("_rows"):
+            raise BadArchiveError(
+                f"{self.where}: the archive is empty, there is nothing to backfill"
+            )
+        found = [
+            f"{row[f'_n{i}']} {what} (of {row['_rows']} records), e.g. partition "
+            f"{row[f'_at{i}']['partition']} offset {row[f'_at{i}']['offset']}"
+            for i, (what, _) in enumerate(self.problems)
+            if row[f"_n{i}"]
+        ]
+        if found:
+            raise BadArchiveError(f"{self.where}: " + "; ".join(found))
+
+
+def observed_records(
+    spark: SparkSession,
+    topic: ArchivedTopic,
+    required: Sequence[str] = (),
+    *,
+    keys: Sequence[str] = (),
+    numeric: Sequence[str] = (),
+) -> tuple[DataFrame, RecordChecks]:
+    """:func:`read_records` with the value checks left to the caller's first action over the
+    records (every record read), then :meth:`RecordChecks.verify`. Until verified, a bad
+    partition number reads as null; nothing fails before the checks can say why."""
     df = topic.load(spark)
     columns = [topic.partition_col, topic.offset_col, topic.timestamp_col, *required, *keys]
     missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
@@ -141,15 +199,15 @@ def read_records(
             "expected TIMESTAMP"
         )
     _check_types(df, topic, numeric)
-    with stage("validation"):
-        _check_records(df, topic, keys)
-    return df.select(
+    checks = _value_checks(df, topic, keys)
+    records = checks.observe(df).select(
         F.lit(topic.name).alias(TOPIC),
-        F.col(topic.partition_col).cast("int").alias(PARTITION),
+        F.col(topic.partition_col).try_cast("int").alias(PARTITION),
         F.col(topic.offset_col).cast("long").alias(OFFSET),
         F.unix_millis(F.col(topic.timestamp_col)).alias(EVENT_TIME),
         *[F.col(c) for c in df.columns],
     )
+    return records, checks
 
 
 def _check_types(df: DataFrame, topic: ArchivedTopic, numeric: Sequence[str]) -> None:
@@ -175,8 +233,9 @@ def _check_types(df: DataFrame, topic: ArchivedTopic, numeric: Sequence[str]) ->
             )
 
 
-def _check_records(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> None:
-    """Every value problem, counted in one aggregate with its first place (partition, offset)."""
+def _value_checks(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> RecordChecks:
+    """Every value problem, to be counted in one aggregate with its first place (partition,
+    offset)."""
     partition, offset = F.col(topic.partition_col), F.col(topic.offset_col)
     problems = [
         (f"null value(s) in column {c!r}", F.col(c).isNull())
@@ -203,18 +262,4 @@ def _check_records(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> 
             )
         )
     place = F.struct(partition.alias("partition"), offset.alias("offset"))
-    row = df.agg(
-        F.count(F.lit(1)).alias("_rows"),
-        *[F.count_if(bad).alias(f"_n{i}") for i, (_, bad) in enumerate(problems)],
-        *[F.min(F.when(bad, place)).alias(f"_at{i}") for i, (_, bad) in enumerate(problems)],
-    ).first()
-    if row is None or row["_rows"] == 0:
-        raise BadArchiveError(f"{topic.where}: the archive is empty, there is nothing to backfill")
-    found = [
-        f"{row[f'_n{i}']} {what} (of {row['_rows']} records), e.g. partition "
-        f"{row[f'_at{i}']['partition']} offset {row[f'_at{i}']['offset']}"
-        for i, (what, _) in enumerate(problems)
-        if row[f"_n{i}"]
-    ]
-    if found:
-        raise BadArchiveError(f"{topic.where}: " + "; ".join(found))
+    return RecordChecks(topic.where, problems, place)

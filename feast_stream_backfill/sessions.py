@@ -123,7 +123,7 @@ def session_firings(
         .repartition(*keys)
         .sortWithinPartitions(*keys, PROCESSING_TIME, TOPIC, PARTITION, OFFSET)
         .mapInArrow(run, schema)
-        .persist(StorageLevel.MEMORY_AND_DISK)
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     firings = out.where(F.col(_ROW) == "firing").select(
         *keys,

@@ -9,7 +9,8 @@ reaches ``x`` at the first moment *every* partition has seen an event time ``>= 
 That needs no per-record watermark: for each target ``x`` (a window's ``maxTs``) one
 descending sweep per partition finds that record, and the result, one row per target, is
 small enough to broadcast. Only a record that raises its partition's highest event time
-(``_rises``) can be that record: the sweep reads those, not every record.
+(``_rises``) can be that record, and of the rises between two consecutive targets only the
+first: the sweep sorts those, a few rows per target, not every record.
 
 Moments are positions in the global processing order (:mod:`processing_order`): a record is
 processed before a watermark iff its position is ``<=`` the watermark's.
@@ -17,6 +18,7 @@ processed before a watermark iff its position is ``<=`` the watermark's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -32,6 +34,7 @@ from feast_stream_backfill.columns import (
     EVENT_VALUE,
     IDLE_FROM,
     IDLE_UNTIL,
+    OFFSET,
     PARTITION,
     POSITION,
     PROCESSING_TIME,
@@ -138,7 +141,10 @@ def watermark_reaches(
     watermark strategy per source); other topics use the strategy's. Computed now and kept
     (one row per target), so that its input, kept while it is computed, can go.
     """
-    rising = _rises(records).persist(StorageLevel.MEMORY_AND_DISK)
+    wanted = targets.select(TARGET).distinct().persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    rising = _first_rises(records, wanted, strategy, bounds).persist(
+        StorageLevel.MEMORY_AND_DISK_DESER
+    )
     partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
     if strategy.detects_idleness and records.select(TOPIC).distinct().count() > 1:
@@ -155,10 +161,7 @@ def watermark_reaches(
         F.lit(None).cast("long").alias(TARGET),
         POSITION,
     ).unionByName(
-        targets.select(TARGET)
-        .distinct()
-        .crossJoin(F.broadcast(partitions))
-        .select(
+        wanted.crossJoin(F.broadcast(partitions)).select(
             TOPIC,
             PARTITION,
             threshold.alias("_sweep_value"),
@@ -178,10 +181,49 @@ def watermark_reaches(
         reached = _reaches_with_idleness(records, per_partition, partitions, strategy)
     else:
         reached = _combined(per_partition, strategy, n_partitions)
-    reached = reached.persist(StorageLevel.MEMORY_AND_DISK)
+    reached = reached.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     reached.count()
     rising.unpersist()
+    wanted.unpersist()
     return reached
+
+
+def _first_rises(
+    records: DataFrame,
+    targets: DataFrame,
+    strategy: WatermarkStrategy,
+    bounds: Mapping[str, int] | None,
+) -> DataFrame:
+    """Of a partition's rises whose watermarks fall between the same two consecutive targets,
+    only the first can be the first to reach a target: the others, later and higher, reach
+    nothing earlier. One row per (partition, stretch between targets) with a rise: that
+    rise's ``_et`` and position, so the sweep sorts a few rows per target, not every rise.
+
+    The targets (few: one per window end) lie on a grid, their first plus multiples of the
+    greatest common divisor of their differences (a window's slide, for aligned windows), so
+    a rise's stretch is an integer division: rises of one grid cell reach the same targets.
+    In a partition, rises come in offset order with rising event times, and processing time
+    never decreases with the offset: a cell's first rise has its lowest offset, event time and
+    processing time, three hash aggregates.
+    """
+    levels = sorted(row[TARGET] for row in targets.collect())
+    if not levels:
+        levels = [0]
+    first, last = levels[0], levels[-1]
+    step = math.gcd(*(level - first for level in levels)) or 1
+    above_first = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1 - first
+    cells = ((above_first - F.pmod(above_first, F.lit(step))) / step).cast("long")  # exact
+    cell = F.least(F.greatest(cells, F.lit(-1)), F.lit((last - first) // step))
+    first_in_cell = (
+        records.where(F.col(RISES))
+        .groupBy(TOPIC, PARTITION, cell.alias("_cell"))
+        .agg(
+            F.min(OFFSET).alias(OFFSET),
+            F.min(EVENT_TIME).alias(EVENT_TIME),
+            F.min(PROCESSING_TIME).alias(PROCESSING_TIME),
+        )
+    )
+    return first_in_cell.select(TOPIC, PARTITION, EVENT_TIME, record_position().alias(POSITION))
 
 
 def _combined(
@@ -235,7 +277,7 @@ def _reaches_with_idleness(
         from_fields().alias(POSITION),
     )
     timeline = crossed.join(F.broadcast(levels), "_level").select(TARGET, POSITION)
-    timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK)
+    timeline = timeline.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     timeline.count()  # computed now, so the inputs can go
     levels.unpersist()
     kept.unpersist()

@@ -11,6 +11,7 @@ back to 30. Window [10, 20) needs et >= 20: p0 at 25, p1 at 30 -> also 30. Windo
 and [30, 40) need et >= 30 / 40 in p0, which never comes: they never fire.
 """
 
+import importlib
 from datetime import datetime, timezone
 
 import pytest
@@ -24,6 +25,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.watermarks import watermark_reaches
 
 ROWS = [
     (0, 0, 1, "a", 1.0),
@@ -177,3 +179,36 @@ def test_mean_is_the_windows_sum_over_its_count(make_archive):
 def test_periodic_watermark_needs_a_positive_interval(interval):
     with pytest.raises(ValueError):
         WatermarkStrategy(interval_ms=interval)
+
+
+@pytest.mark.parametrize(
+    ("targets", "expected"),
+    [
+        # A grid of 6 ms: rises of watermarks 9 and 10 share a cell, as do 15 and 16.
+        ([9, 15, 21], {9: (10, 0), 15: (16, 2), 21: (30, 4)}),
+        # Target 16 makes the grid 1 ms: every rise is its own cell.
+        ([9, 15, 16, 21], {9: (10, 0), 15: (16, 2), 16: (17, 3), 21: (30, 4)}),
+        # Watermark 29 reaches the last target and nothing beyond; 30 is never reached.
+        ([29, 30], {29: (30, 4)}),
+    ],
+)
+def test_first_record_reaching_each_target(make_archive, targets, expected):
+    """``watermark_reaches`` keeps one rise per cell of the targets' grid: the answer must be
+    the first record whose watermark (on event, B = 0: et - 1) is >= the target, ties
+    included. One partition, event times rising: W = 9, 10, 15, 16, 29 at offsets 0..4."""
+    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
+    rows = [(0, offset, et, "a", 1.0) for offset, et in enumerate([10, 11, 16, 17, 30])]
+    job = StreamJob(
+        topics=[ArchivedTopic("clicks", dataframe=make_archive(rows))],
+        keys=["user"],
+        aggregations=[Aggregation("amount", "sum", "amount_sum")],
+        window=TumblingWindows(size_ms=10),
+    )
+    spark = make_archive([]).sparkSession
+    timed, _ = backfill_module.timed_records(spark, job)
+    strategy = WatermarkStrategy(emission="on_event", interval_ms=0)
+    wanted = spark.createDataFrame([(t,) for t in targets], "_target long")
+    reaches = watermark_reaches(backfill_module.distinct_records(timed), wanted, strategy)
+    found = {r._target: (r._pos.time, r._pos.offset) for r in reaches.collect()}
+    assert found == expected
+    timed.unpersist()
