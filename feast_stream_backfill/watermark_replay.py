@@ -13,8 +13,9 @@ per rise of a partition's watermark, not per record, and the result one row per 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 
@@ -43,33 +44,87 @@ def replay(
     combined watermark: the position's fields (``time``, ``phase``, ...), ``_from`` and
     ``_to``. Every partition starts at ``initial``, active. ``combine="max"``: the seed's MAX
     over partitions (no idleness)."""
-    names = [name for name, _ in FIELDS]
     index = {p: i for i, p in enumerate(partitions)}
-    width = len(names)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        value = [initial] * len(index)
-        idle = [False] * len(index)
-        active = [(initial, i) for i in range(len(index))]  # a heap; stale entries skipped
-        combined = highest = initial
-        here: tuple | None = None
-        out: list[tuple] = []
+        return combined_rises(batches, index, initial, combine)
 
-        def update() -> None:
-            nonlocal combined
-            while active and (idle[active[0][1]] or value[active[0][1]] != active[0][0]):
-                heapq.heappop(active)
-            candidate = active[0][0] if active and combine == "min" else highest
-            if candidate > combined:
-                out.append((*here, combined, candidate))
-                combined = candidate
+    names = [name for name, _ in FIELDS]
+    schema = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"
+    return (
+        events.select(*fields(EVENT_AT), TOPIC, PARTITION, EVENT_KIND, EVENT_VALUE)
+        .repartition(1)
+        .sortWithinPartitions(*names)
+        .mapInPandas(run, schema)
+    )
 
-        for batch in batches:
+
+def combined_rises(
+    batches: Iterable[pd.DataFrame],
+    index: Mapping[tuple[str, int], int],
+    initial: int,
+    combine: str,
+    vectorised: bool = True,
+) -> Iterator[pd.DataFrame]:
+    """:func:`replay`'s work on the events in order (pandas batches: the position's fields,
+    topic, partition, kind, value). A batch of rises alone, while no partition is idle, is
+    applied with numpy (:func:`_after_each_group`); any other, an event at a time."""
+    names = [name for name, _ in FIELDS]
+    width = len(names)
+    value = [initial] * len(index)
+    idle = [False] * len(index)
+    active = [(initial, i) for i in range(len(index))]  # a heap; stale entries skipped
+    combined = highest = initial
+    here: tuple | None = None
+    out: list[tuple] = []
+
+    def update() -> None:
+        nonlocal combined
+        while active and (idle[active[0][1]] or value[active[0][1]] != active[0][0]):
+            heapq.heappop(active)
+        candidate = active[0][0] if active and combine == "min" else highest
+        if candidate > combined:
+            out.append((*here, combined, candidate))
+            combined = candidate
+
+    for batch in batches:
+        if vectorised and not any(idle) and (batch[EVENT_KIND] == REACH).all():
+            at = [batch[name].to_numpy() for name in names]
+            new = np.zeros(len(batch), dtype=bool)
+            for column in at:
+                new[1:] |= column[1:] != column[:-1]
+            new[0] = here is None or tuple(column[0] for column in at) != here
+            if here is not None and new[0]:
+                update()  # the group the previous batch ended with is complete
+            group = np.cumsum(new) - int(new[0])  # numbered from 0
+            partition = np.fromiter(
+                (index[p] for p in zip(batch[TOPIC], batch[PARTITION], strict=True)),
+                np.int64,
+                len(batch),
+            )
+            after, ends = _after_each_group(
+                np.asarray(value, dtype=np.int64),
+                partition,
+                batch[EVENT_VALUE].to_numpy(np.int64),
+                group,
+                combine,
+            )
+            highest = max(highest, int(ends.max(initial=initial)))
+            firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+            for g in range(len(firsts) - 1):  # the last group may go on in the next batch
+                if after[g] > combined:
+                    out.append((*(c[firsts[g]] for c in at), combined, int(after[g])))
+                    combined = int(after[g])
+            value = ends.tolist()
+            active = [(v, i) for i, v in enumerate(value)]
+            heapq.heapify(active)
+            here = tuple(c[-1] for c in at)
+        else:
             for row in batch.itertuples(index=False):
-                at = tuple(row[:width])
-                if here is not None and at != here:
+                position = tuple(row[:width])
+                if here is not None and position != here:
                     update()
-                here = at
+                here = position
                 p = index[(row[width], row[width + 1])]
                 kind = row[width + 2]
                 if kind == IDLE:
@@ -82,18 +137,57 @@ def replay(
                     idle[p] = False
                 if not idle[p]:
                     heapq.heappush(active, (value[p], p))
-            if out:
-                yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
-                out = []
-        if here is not None:
-            update()
         if out:
             yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
+            out = []
+    if here is not None:
+        update()
+    if out:
+        yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
 
-    schema = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"
-    return (
-        events.select(*fields(EVENT_AT), TOPIC, PARTITION, EVENT_KIND, EVENT_VALUE)
-        .repartition(1)
-        .sortWithinPartitions(*names)
-        .mapInPandas(run, schema)
-    )
+
+def _after_each_group(
+    start: np.ndarray, partition: np.ndarray, value: np.ndarray, group: np.ndarray, combine: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rises of active partitions, in order, numbered by group (0, 1, ...): the combined
+    watermark after each group (each partition at the highest value it has seen, from
+    ``start``; MIN or MAX over partitions) and every partition's value at the end.
+
+    A partition's values form a step function of the group; MIN of step functions is taken
+    pairwise, as a tree (each merge linear in the steps), so the cost is the number of events
+    times log(partitions), whatever the number of partitions."""
+    n_groups = int(group[-1]) + 1
+    by_partition = np.argsort(partition, kind="stable")
+    steps = []
+    ends = start.copy()
+    split = np.flatnonzero(np.diff(partition[by_partition])) + 1
+    for rows in np.split(by_partition, split):
+        p = partition[rows[0]]
+        running = np.maximum.accumulate(np.maximum(value[rows], start[p]))
+        ends[p] = running[-1]
+        steps.append((np.r_[-1, group[rows]], np.r_[start[p], running]))
+    if combine == "max":
+        highest = np.full(n_groups, start.max())
+        for at, level in steps:
+            highest[at[1:]] = np.maximum(highest[at[1:]], level[1:])
+        return np.maximum.accumulate(highest), ends
+    untouched = np.ones(len(start), dtype=bool)
+    untouched[partition] = False
+    if untouched.any():
+        steps.append((np.array([-1]), np.array([start[untouched].min()])))
+    while len(steps) > 1:
+        merged = [_lower(*steps[i], *steps[i + 1]) for i in range(0, len(steps) - 1, 2)]
+        steps = merged + steps[len(steps) - len(steps) % 2 :]
+    at, level = steps[0]
+    return level[np.searchsorted(at, np.arange(n_groups), side="right") - 1], ends
+
+
+def _lower(
+    at_a: np.ndarray, level_a: np.ndarray, at_b: np.ndarray, level_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lower of two step functions (``level[i]`` from group ``at[i]`` on; both start at
+    group -1)."""
+    at = np.union1d(at_a, at_b)
+    a = level_a[np.searchsorted(at_a, at, side="right") - 1]
+    b = level_b[np.searchsorted(at_b, at, side="right") - 1]
+    return at, np.minimum(a, b)
