@@ -208,6 +208,8 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         [df.select(TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns) for df, _ in read],
     )
     timed = with_processing_time(records, job.processing_time)
+    for _, checks in read:  # on the pass that sorts the records, which keeps every one
+        timed = checks.observe(timed)
     timed = timed.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     with stage("processing time"):
         counts = timed.agg(
@@ -217,7 +219,7 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
             F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
         ).first()
     try:
-        for _, checks in read:  # observed as the counts read every record
+        for _, checks in read:
             checks.verify()
     except BadArchiveError:
         timed.unpersist()

@@ -62,9 +62,10 @@ def with_processing_time(
     ``_duplicate``; a copy whose content (event time or payload) differs from the first gets
     ``_conflict`` too, so the caller can refuse it rather than pick one silently. Copies share
     their offset, hence their range. A faithful copy repeats its record's event time and rank,
-    so the running maxima may take copies in. ``records`` are validated (no null partition or
-    offset). The totals read the archive a second time, only its offsets and event times: with
-    ``D1 = 0`` hash aggregates, with ``D1 > 0`` a narrow sorted pass (the maximum reads ranks).
+    so the running maxima may take copies in. A record with a null partition or offset is
+    kept, without a processing time (the caller's checks refuse it). The totals read the
+    archive a second time, only its offsets and event times: with ``D1 = 0`` hash aggregates,
+    with ``D1 > 0`` a narrow sorted pass (the maximum reads ranks).
     """
     if offsets_per_range < 1:
         raise ValueError(f"offsets_per_range must be >= 1, got {offsets_per_range}")
@@ -85,7 +86,9 @@ def with_processing_time(
         F.max(F.col(EVENT_TIME) - local_rank * gap).over(so_far).alias("_local_shifted"),
     )
     totals = _totals_by_bits(ranged) if gap == 0 else _totals_by_ranks(local)
-    joined = local.join(F.broadcast(_range_prefix(totals, gap)), [TOPIC, PARTITION, "_range"])
+    # left: a record with a null partition or offset stays, for the caller's checks to count
+    prefix = F.broadcast(_range_prefix(totals, gap))
+    joined = local.join(prefix, [TOPIC, PARTITION, "_range"], "left")
     rank = (F.col("_base") + F.col("_local_rank")).cast("int")
     highest_before = F.greatest("_prior_highest", "_local_before")
     rises = highest_before.isNull() | (F.col(EVENT_TIME) > highest_before)

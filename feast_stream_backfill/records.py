@@ -3,7 +3,7 @@ before anything is computed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -124,49 +124,62 @@ def read_records(
     """
     records, checks = observed_records(spark, topic, required, keys=keys, numeric=numeric)
     with stage("validation"):
-        records.count()
+        checks.observe(records).count()
     checks.verify()
     return records
 
 
 @dataclass
 class RecordChecks:
-    """A topic's value checks (:func:`read_records`), computed as Spark observed metrics: an
-    aggregate taken while some action reads the records, at no pass of its own. Refusing bad
-    data before it silently becomes wrong features then costs nothing."""
+    """A topic's value checks (:func:`read_records`) on its normalized ``records``, counted as
+    Spark observed metrics: an aggregate taken while an action reads the records, at no pass
+    of its own, so that refusing bad data before it silently becomes wrong features costs
+    next to nothing. Only when a problem is found is a pass spent, to name where it first is.
+    ``problems``: (what, the records it affects)."""
 
     where: str
+    topic: str
+    records: DataFrame
     problems: list[tuple[str, Column]]
-    place: Column
     observation: Observation = field(default_factory=Observation)
 
     def observe(self, records: DataFrame) -> DataFrame:
+        """``records`` (any records with the normalized columns, the topic's among them) with
+        the checks observed on the topic's; call :meth:`verify` after an action reads them."""
+        mine = F.col(TOPIC) == self.topic
         return records.observe(
             self.observation,
-            F.count(F.lit(1)).alias("_rows"),
-            *[F.count_if(bad).alias(f"_n{i}") for i, (_, bad) in enumerate(self.problems)],
-            *[
-                F.min(F.when(bad, self.place)).alias(f"_at{i}")
-                for i, (_, bad) in enumerate(self.problems)
-            ],
+            F.count_if(mine).alias("_rows"),
+            *[F.count_if(mine & bad).alias(f"_n{i}") for i, (_, bad) in enumerate(self.problems)],
         )
 
     def verify(self) -> None:
         """Raise :class:`BadArchiveError` for every problem found, or an empty archive. Call
         it after the first action that read every record (it waits for that action)."""
-        row = self.observation.get
-        if not row.get("_rows"):
-            raise BadArchiveError(
-                f"{self.where}: the archive is empty, there is nothing to backfill"
-            )
-        found = [
-            f"{row[f'_n{i}']} {what} (of {row['_rows']} records), e.g. partition "
-            f"{row[f'_at{i}']['partition']} offset {row[f'_at{i}']['offset']}"
-            for i, (what, _) in enumerate(self.problems)
-            if row[f"_n{i}"]
+        found = dict(self.observation.get)
+        place = F.struct(F.col(PARTITION).alias("partition"), F.col(OFFSET).alias("offset"))
+        first = [
+            F.min(F.when(bad, place)).alias(f"_at{i}")
+            for i, (_, bad) in enumerate(self.problems)
+            if found[f"_n{i}"]
         ]
-        if found:
-            raise BadArchiveError(f"{self.where}: " + "; ".join(found))
+        if found["_rows"] and first:
+            found |= self.records.agg(*first).first().asDict()
+        _refuse(self.where, found, [what for what, _ in self.problems])
+
+
+def _refuse(where: str, found: Mapping, problems: Sequence[str]) -> None:
+    """``found``: ``_rows``, and per problem ``i`` its count ``_n<i>`` and first place."""
+    if not found.get("_rows"):
+        raise BadArchiveError(f"{where}: the archive is empty, there is nothing to backfill")
+    listed = [
+        f"{found[f'_n{i}']} {what} (of {found['_rows']} records), e.g. partition "
+        f"{found[f'_at{i}']['partition']} offset {found[f'_at{i}']['offset']}"
+        for i, what in enumerate(problems)
+        if found[f"_n{i}"]
+    ]
+    if listed:
+        raise BadArchiveError(f"{where}: " + "; ".join(listed))
 
 
 def observed_records(
@@ -177,9 +190,10 @@ def observed_records(
     keys: Sequence[str] = (),
     numeric: Sequence[str] = (),
 ) -> tuple[DataFrame, RecordChecks]:
-    """:func:`read_records` with the value checks left to the caller's first action over the
-    records (every record read), then :meth:`RecordChecks.verify`. Until verified, a bad
-    partition number reads as null; nothing fails before the checks can say why."""
+    """:func:`read_records` with the value checks left to the caller: it observes them
+    (:meth:`RecordChecks.observe`) on its first action over every record, then verifies.
+    Nothing fails on bad values before the checks can say why (a bigint partition beyond
+    Kafka's range, which would not fit, is refused now, by a pass over that column)."""
     df = topic.load(spark)
     columns = [topic.partition_col, topic.offset_col, topic.timestamp_col, *required, *keys]
     missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
@@ -199,15 +213,16 @@ def observed_records(
             "expected TIMESTAMP"
         )
     _check_types(df, topic, numeric)
-    checks = _value_checks(df, topic, keys)
-    records = checks.observe(df).select(
+    if isinstance(df.schema[topic.partition_col].dataType, LongType):
+        _refuse_partitions_beyond_kafka(df, topic)
+    records = df.select(
         F.lit(topic.name).alias(TOPIC),
-        F.col(topic.partition_col).try_cast("int").alias(PARTITION),
+        F.col(topic.partition_col).cast("int").alias(PARTITION),
         F.col(topic.offset_col).cast("long").alias(OFFSET),
         F.unix_millis(F.col(topic.timestamp_col)).alias(EVENT_TIME),
         *[F.col(c) for c in df.columns],
     )
-    return records, checks
+    return records, _value_checks(topic, records, keys)
 
 
 def _check_types(df: DataFrame, topic: ArchivedTopic, numeric: Sequence[str]) -> None:
@@ -233,13 +248,15 @@ def _check_types(df: DataFrame, topic: ArchivedTopic, numeric: Sequence[str]) ->
             )
 
 
-def _value_checks(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> RecordChecks:
-    """Every value problem, to be counted in one aggregate with its first place (partition,
-    offset)."""
-    partition, offset = F.col(topic.partition_col), F.col(topic.offset_col)
+def _value_checks(topic: ArchivedTopic, records: DataFrame, keys: Sequence[str]) -> RecordChecks:
+    """Every value problem, on the normalized columns, named by the archive's."""
     problems = [
-        (f"null value(s) in column {c!r}", F.col(c).isNull())
-        for c in (topic.partition_col, topic.offset_col, topic.timestamp_col)
+        (f"null value(s) in column {name!r}", F.col(column).isNull())
+        for name, column in (
+            (topic.partition_col, PARTITION),
+            (topic.offset_col, OFFSET),
+            (topic.timestamp_col, EVENT_TIME),
+        )
     ]
     problems += [
         (
@@ -250,16 +267,21 @@ def _value_checks(df: DataFrame, topic: ArchivedTopic, keys: Sequence[str]) -> R
         for c in dict.fromkeys(keys)
     ]
     problems += [
-        (f"negative value(s) in column {topic.partition_col!r}", partition < 0),
-        (f"negative value(s) in column {topic.offset_col!r}", offset < 0),
+        (f"negative value(s) in column {topic.partition_col!r}", F.col(PARTITION) < 0),
+        (f"negative value(s) in column {topic.offset_col!r}", F.col(OFFSET) < 0),
     ]
-    if isinstance(df.schema[topic.partition_col].dataType, LongType):
-        problems.append(
-            (
-                f"value(s) in column {topic.partition_col!r} beyond Kafka's largest partition "
-                f"number ({_PARTITION_MAX})",
-                partition > _PARTITION_MAX,
-            )
-        )
+    return RecordChecks(topic.where, topic.name, records, problems)
+
+
+def _refuse_partitions_beyond_kafka(df: DataFrame, topic: ArchivedTopic) -> None:
+    """A bigint partition column's values beyond Kafka's int32 range, which no int holds."""
+    partition, offset = F.col(topic.partition_col), F.col(topic.offset_col)
+    beyond = partition > _PARTITION_MAX
     place = F.struct(partition.alias("partition"), offset.alias("offset"))
-    return RecordChecks(topic.where, problems, place)
+    found = df.agg(
+        F.count(F.lit(1)).alias("_rows"),
+        F.count_if(beyond).alias("_n0"),
+        F.min(F.when(beyond, place)).alias("_at0"),
+    ).first()
+    what = f"value(s) in column {topic.partition_col!r} beyond Kafka's largest partition number"
+    _refuse(topic.where, found.asDict(), [f"{what} ({_PARTITION_MAX})"])

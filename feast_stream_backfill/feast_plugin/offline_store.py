@@ -67,7 +67,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
 )
 from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.online_state import state_at
-from feast_stream_backfill.spark import DEFAULT_CONF, delta_jars, get_spark
+from feast_stream_backfill.spark import default_driver_memory, delta_jars, get_spark
 from feast_stream_backfill.training_join import as_of_join
 
 _ROW, _VISIBLE, _LATEST = "_fsb_row", "_fsb_visible", "_fsb_latest"
@@ -91,7 +91,7 @@ def _delta_jars_at_jvm_launch() -> None:
     JVM's classpath and heap are fixed at launch. A ``PYSPARK_SUBMIT_ARGS`` of the user's wins."""
     jars = delta_jars()
     if jars and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        memory = DEFAULT_CONF["spark.driver.memory"]
+        memory = default_driver_memory()
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
             f"--jars {','.join(jars)} --driver-memory {memory} pyspark-shell"
         )
