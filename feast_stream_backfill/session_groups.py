@@ -165,7 +165,7 @@ def vectorisable(function: str, column_type: pa.DataType) -> bool:
 
 def inexact(columns: list[tuple[str, Column]], rows: np.ndarray, session: np.ndarray):
     """Per row of ``rows``: does its session sum integers beyond a float's exact range?
-    (The replay takes such keys: it sums exactly and raises on a long's overflow.)"""
+    (The replay takes such stretches: it sums exactly and raises on a long's overflow.)"""
     risky = np.zeros(len(rows), dtype=bool)
     for function, column in columns:
         if function in ("sum", "mean") and column.values.dtype.kind == "i":

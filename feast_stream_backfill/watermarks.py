@@ -216,7 +216,7 @@ def _first_rises(
     cell = F.least(F.greatest(cells, F.lit(-1)), F.lit((last - first) // step))
     first_in_cell = (
         records.where(F.col(RISES))
-        .groupBy(TOPIC, PARTITION, cell.alias("_cell"))
+        .groupBy(TOPIC, PARTITION, cell.alias("_target_cell"))
         .agg(
             F.min(OFFSET).alias(OFFSET),
             F.min(EVENT_TIME).alias(EVENT_TIME),
