@@ -1,5 +1,6 @@
-"""Archived Kafka records, in any layout of :mod:`~feast_stream_backfill.archives`, checked
-before anything is computed."""
+"""Archived Kafka records, in any layout of :mod:`~feast_stream_backfill.archives`: their
+schema checked when read, their values on the first pass over them, before any result is
+written."""
 
 from __future__ import annotations
 
