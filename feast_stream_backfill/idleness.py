@@ -27,7 +27,6 @@ from feast_stream_backfill.columns import (
     OFFSET,
     PARTITION,
     PROCESSING_TIME,
-    RANK,
     TOPIC,
     WAKES_AT,
 )
@@ -44,26 +43,43 @@ def idle_periods(
 ) -> DataFrame:
     """Per partition, ``_idle_from`` (the tick it goes idle), ``_idle_until`` (the position
     of the record that wakes it; null: idle until ``horizon_ms``, the archive's last tick) and
-    ``_wakes_at`` (that record's processing time). ``records`` are distinct, with ``_rank``."""
+    ``_wakes_at`` (that record's processing time). ``records`` are distinct, with ``_pt``.
+
+    After a record at ``a`` the partition goes idle at a tick later than ``a + waits``, so only
+    a record whose successor comes more than ``waits`` later starts an idle period. Cut a
+    partition's processing times into cells of ``waits`` ms: only a cell's last record can
+    start one, and the first record of the next non-empty cell ends it. Processing time never
+    decreases with the offset, so a cell's first record has its lowest offset and time, and
+    its last the highest time: hash aggregates, then a sort of a few cells per partition (a
+    day holds 2,880 cells of 30 s) instead of every record.
+    """
     waits = (timeout_ms // interval_ms + 1) * interval_ms
-    by_offset = Window.partitionBy(TOPIC, PARTITION).orderBy(OFFSET)
-    with_next = records.select(
+    read_at = F.col(PROCESSING_TIME)
+    cell = (read_at - F.pmod(read_at, F.lit(waits))) / waits  # exact: a multiple of waits
+    cells = records.groupBy(TOPIC, PARTITION, cell.cast("long").alias("_idle_cell")).agg(
+        F.min(OFFSET).alias(OFFSET),
+        F.min(PROCESSING_TIME).alias(PROCESSING_TIME),
+        F.max(PROCESSING_TIME).alias("_cell_last_pt"),
+    )
+    by_cell = Window.partitionBy(TOPIC, PARTITION).orderBy("_idle_cell")
+    with_next = cells.select(
         TOPIC,
         PARTITION,
-        RANK,
+        F.col("_cell_last_pt"),
         F.col(PROCESSING_TIME),
         record_position().alias("_here"),
-        F.lead(record_position()).over(by_offset).alias("_next"),
-        F.lead(PROCESSING_TIME).over(by_offset).alias("_next_pt"),
+        F.lead(record_position()).over(by_cell).alias("_next"),
+        F.lead(PROCESSING_TIME).over(by_cell).alias("_next_pt"),
+        F.lag("_idle_cell").over(by_cell).isNull().alias("_first_cell"),
     )
     after_record = with_next.select(
         TOPIC,
         PARTITION,
-        (next_tick(F.col(PROCESSING_TIME), interval_ms) + interval_ms + waits).alias(IDLE_FROM),
+        (next_tick(F.col("_cell_last_pt"), interval_ms) + interval_ms + waits).alias(IDLE_FROM),
         F.col("_next").alias(IDLE_UNTIL),
         F.col("_next_pt").alias(WAKES_AT),
     )
-    before_first = with_next.where(F.col(RANK) == 0).select(
+    before_first = with_next.where(F.col("_first_cell")).select(
         TOPIC,
         PARTITION,
         F.lit(-(-start_ms // interval_ms) * interval_ms + waits).alias(IDLE_FROM),

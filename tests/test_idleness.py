@@ -9,7 +9,10 @@ record, ``ceil_I(S) + 300`` with S the job's first processing time.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 from feast_stream_backfill import (
@@ -22,6 +25,16 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.columns import (
+    IDLE_FROM,
+    IDLE_UNTIL,
+    OFFSET,
+    PARTITION,
+    PROCESSING_TIME,
+    TOPIC,
+    WAKES_AT,
+)
+from feast_stream_backfill.idleness import idle_periods
 from tests.reference_simulator import Job, Record, simulate
 
 TICK, T = 100, 250
@@ -118,3 +131,69 @@ def test_idleness_is_refused_where_it_is_not_modelled():
         WatermarkStrategy(combine="max", idle_timeout_ms=T)
     with pytest.raises(ValueError, match="> 0"):
         WatermarkStrategy(idle_timeout_ms=0)
+
+
+def periods(spark, read_at, interval, timeout, start, horizon):
+    """:func:`idle_periods` of partitions given as their records' processing times, in
+    offset order: ``(partition, idle from, offset of the waking record, its time)``."""
+    rows = [("t", p, o, pt) for p, times in read_at.items() for o, pt in enumerate(times)]
+    records = spark.createDataFrame(
+        rows, f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
+    )
+    found = idle_periods(records, interval, timeout, start, horizon).collect()
+    return sorted(
+        (r[PARTITION], r[IDLE_FROM], r[IDLE_UNTIL] and r[IDLE_UNTIL]["offset"], r[WAKES_AT])
+        for r in found
+    )
+
+
+# waits = (250 // 100 + 1) * 100 = 300. p0: after 310 (tick 400) idle at 400 + 100 + 300 = 800,
+# woken by 900; after 960 (tick 1000) idle at 1400 = the horizon, for good. 120 -> 290 and
+# 290 -> 310 cross a 300 ms cell without a period. p1 (one record at 650): idle from
+# ceil(S = 50) + 300 = 400 until it, and from 700 + 400 = 1100 on.
+HAND = {0: [50, 120, 290, 310, 900, 960], 1: [650]}
+
+
+def test_idle_periods_by_hand(spark):
+    assert periods(spark, HAND, TICK, T, start=50, horizon=1400) == [
+        (0, 800, 4, 900),
+        (0, 1400, None, None),
+        (1, 400, 0, 650),
+        (1, 1100, None, None),
+    ]
+    assert periods(spark, HAND, TICK, T, start=50, horizon=1399)[1] == (1, 400, 0, 650)
+
+
+def successive(read_at, interval, timeout, start, horizon):
+    """The rule record by record: after each record, idle at ``ceil_I(a) + I + waits`` unless
+    the next record comes first; before the first, at ``ceil_I(S) + waits``."""
+    waits = (timeout // interval + 1) * interval
+    ceil = lambda t: -(-t // interval) * interval  # noqa: E731
+    found = []
+    for p, times in read_at.items():
+        if ceil(start) + waits < times[0]:
+            found.append((p, ceil(start) + waits, 0, times[0]))
+        for o, a in enumerate(times):
+            went = ceil(a) + interval + waits
+            if o + 1 < len(times) and went < times[o + 1]:
+                found.append((p, went, o + 1, times[o + 1]))
+            if o + 1 == len(times) and went <= horizon:
+                found.append((p, went, None, None))
+    return sorted(found)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    gaps=st.dictionaries(
+        st.integers(0, 3), st.lists(st.integers(0, 900), min_size=1, max_size=12), min_size=1
+    ),
+    interval=st.sampled_from([1, 7, 100, 200]),
+    timeout=st.integers(1, 700),
+)
+def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, timeout):
+    read_at = {p: [int(t) for t in np.cumsum(g)] for p, g in gaps.items()}
+    start = min(times[0] for times in read_at.values())
+    last = max(times[-1] for times in read_at.values())
+    horizon = -(-last // interval) * interval + 2 * timeout
+    expected = successive(read_at, interval, timeout, start, horizon)
+    assert periods(spark, read_at, interval, timeout, start, horizon) == expected
