@@ -38,12 +38,11 @@ def idle_periods(
     records: DataFrame,
     interval_ms: int,
     timeout_ms: int,
-    start_ms: int,
-    horizon_ms: int,
 ) -> DataFrame:
     """Per partition, ``_idle_from`` (the tick it goes idle), ``_idle_until`` (the position
-    of the record that wakes it; null: idle until ``horizon_ms``, the archive's last tick) and
-    ``_wakes_at`` (that record's processing time). ``records`` are distinct, with ``_pt``.
+    of the record that wakes it; null: idle until the archive's end, the first tick at or
+    after its last record) and ``_wakes_at`` (that record's processing time). ``records`` are
+    distinct, with ``_pt``; the job starts at the first record's processing time.
 
     After a record at ``a`` the partition goes idle at a tick later than ``a + waits``, so only
     a record whose successor comes more than ``waits`` later starts an idle period. Cut a
@@ -51,7 +50,8 @@ def idle_periods(
     start one, and the first record of the next non-empty cell ends it. Processing time never
     decreases with the offset, so a cell's first record has its lowest offset and time, and
     its last the highest time: hash aggregates, then a sort of a few cells per partition (a
-    day holds 2,880 cells of 30 s) instead of every record.
+    day holds 2,880 cells of 30 s) instead of every record. The archive's start and end are
+    the cells' extremes: one pass over the records in all.
     """
     waits = (timeout_ms // interval_ms + 1) * interval_ms
     read_at = F.col(PROCESSING_TIME)
@@ -62,46 +62,51 @@ def idle_periods(
         F.max(PROCESSING_TIME).alias("_cell_last_pt"),
     )
     by_cell = Window.partitionBy(TOPIC, PARTITION).orderBy("_idle_cell")
-    with_next = cells.select(
+    every_cell = Window.partitionBy()  # few rows: the archive's start and end
+    after_cell = _period(
+        next_tick(F.col("_cell_last_pt"), interval_ms) + interval_ms + waits,
+        F.lead(record_position()).over(by_cell),
+        F.lead(PROCESSING_TIME).over(by_cell),
+    )
+    before_first = _period(
+        next_tick(F.min(PROCESSING_TIME).over(every_cell), interval_ms) + waits,
+        record_position(),
+        read_at,
+    )
+    # One chain, no union: the branches of a union would aggregate the records twice.
+    candidates = cells.select(
         TOPIC,
         PARTITION,
-        F.col("_cell_last_pt"),
-        F.col(PROCESSING_TIME),
-        record_position().alias("_here"),
-        F.lead(record_position()).over(by_cell).alias("_next"),
-        F.lead(PROCESSING_TIME).over(by_cell).alias("_next_pt"),
-        F.lag("_idle_cell").over(by_cell).isNull().alias("_first_cell"),
-    )
-    after_record = with_next.select(
+        after_cell.alias("_after_cell"),
+        F.when(F.lag("_idle_cell").over(by_cell).isNull(), before_first).alias("_before_first"),
+        next_tick(F.max("_cell_last_pt").over(every_cell), interval_ms).alias("_horizon"),
+    ).select(
         TOPIC,
         PARTITION,
-        (next_tick(F.col("_cell_last_pt"), interval_ms) + interval_ms + waits).alias(IDLE_FROM),
-        F.col("_next").alias(IDLE_UNTIL),
-        F.col("_next_pt").alias(WAKES_AT),
+        F.explode(F.array_compact(F.array("_after_cell", "_before_first"))).alias("_period"),
+        "_horizon",
     )
-    before_first = with_next.where(F.col("_first_cell")).select(
-        TOPIC,
-        PARTITION,
-        F.lit(-(-start_ms // interval_ms) * interval_ms + waits).alias(IDLE_FROM),
-        F.col("_here").alias(IDLE_UNTIL),
-        F.col(PROCESSING_TIME).alias(WAKES_AT),
-    )
-    periods = after_record.unionByName(before_first)
-    wakes = F.col(WAKES_AT)
-    return periods.where(
-        F.when(wakes.isNull(), F.col(IDLE_FROM) <= horizon_ms).otherwise(F.col(IDLE_FROM) < wakes)
-    )
+    went, wakes = F.col(f"_period.{IDLE_FROM}"), F.col(f"_period.{WAKES_AT}")
+    kept = F.when(wakes.isNull(), went <= F.col("_horizon")).otherwise(went < wakes)
+    return candidates.where(kept).select(TOPIC, PARTITION, "_period.*")
+
+
+def _period(went_idle: Column, until: Column, wakes_at: Column) -> Column:
+    return F.struct(went_idle.alias(IDLE_FROM), until.alias(IDLE_UNTIL), wakes_at.alias(WAKES_AT))
 
 
 def idle_events(idle: DataFrame, went_idle: Column, woke: Column) -> DataFrame:
     """:func:`idle_periods` as :func:`watermark_replay.replay` events: ``IDLE`` at
     ``went_idle``, ``ACTIVE`` at ``woke`` (where a record wakes the partition), both given as
-    the caller orders positions."""
-    none = F.lit(0).cast("long").alias(EVENT_VALUE)
+    the caller orders positions. One chain, no union, for the same reason."""
+
+    def event(at: Column, kind: int) -> Column:
+        return F.struct(at.alias(EVENT_AT), F.lit(kind).alias(EVENT_KIND))
+
+    woken = F.when(woke.isNotNull(), event(woke, ACTIVE))
     return idle.select(
-        TOPIC, PARTITION, went_idle.alias(EVENT_AT), F.lit(IDLE).alias(EVENT_KIND), none
-    ).unionByName(
-        idle.where(woke.isNotNull()).select(
-            TOPIC, PARTITION, woke.alias(EVENT_AT), F.lit(ACTIVE).alias(EVENT_KIND), none
-        )
+        TOPIC,
+        PARTITION,
+        F.inline(F.array_compact(F.array(event(went_idle, IDLE), woken))),
+        F.lit(0).cast("long").alias(EVENT_VALUE),
     )

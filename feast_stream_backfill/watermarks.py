@@ -118,12 +118,13 @@ def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | N
     return bound
 
 
-def _archive_span(records: DataFrame, strategy: WatermarkStrategy) -> tuple[int, int]:
-    """The job's first processing time and the archive's end: the first tick at or after
-    its last record (or that record, without a periodic timer)."""
-    first, last = records.agg(F.min(PROCESSING_TIME), F.max(PROCESSING_TIME)).first()
-    interval = strategy.interval_ms
-    return first, (-(-last // interval) * interval if interval else last)
+def _one_topic(partitions: list[tuple[str, int]], strategy: WatermarkStrategy) -> None:
+    """Idleness is modelled within one source: the valve across sources is not."""
+    if strategy.detects_idleness and len({topic for topic, _ in partitions}) > 1:
+        raise ValueError(
+            "idleness with several topics (Flink's StatusWatermarkValve across "
+            "sources) is not modelled yet: use one topic, or no idleness"
+        )
 
 
 def watermark_reaches(
@@ -147,11 +148,6 @@ def watermark_reaches(
     )
     partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
-    if strategy.detects_idleness and records.select(TOPIC).distinct().count() > 1:
-        raise ValueError(
-            "idleness with several topics (Flink's StatusWatermarkValve across "
-            "sources) is not modelled yet: use one topic, or no idleness"
-        )
     threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
     sweep = rising.select(
         TOPIC,
@@ -248,8 +244,9 @@ def _reaches_with_idleness(
     """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`): a
     partition's *level* is how many targets its watermark has reached; the combined level is
     replayed (:mod:`watermark_replay`)."""
-    start, horizon = _archive_span(records, strategy)
-    idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms, start, horizon)
+    keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
+    _one_topic(keys, strategy)
+    idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms)
     # A partition reaching a target has reached every smaller one: the reached targets are the
     # levels. Kept, as both the events and the levels read them.
     kept = per_partition.where(F.col(_REACHED).isNotNull()).persist()
@@ -270,7 +267,6 @@ def _reaches_with_idleness(
     at = F.col(EVENT_AT)
     if strategy.emission == "periodic":
         at = strategy.emitted_at(at)
-    keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
     rises = replay(events.withColumn(EVENT_AT, at), keys, initial=0)
     crossed = rises.select(
         F.explode(F.sequence(F.col(RISE_FROM) + 1, F.col(RISE_TO))).alias("_level"),
@@ -302,15 +298,15 @@ def watermark_timeline(
         .agg(F.max(value).alias(EVENT_VALUE))
         .withColumn(EVENT_KIND, F.lit(REACH))
     )
+    partitions = [
+        (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
+    ]
     if strategy.detects_idleness:
-        start, horizon = _archive_span(records, strategy)
-        idle = idle_periods(records, interval, strategy.idle_timeout_ms, start, horizon)
+        _one_topic(partitions, strategy)
+        idle = idle_periods(records, interval, strategy.idle_timeout_ms)
         wakes = F.col(IDLE_UNTIL)
         if strategy.emission == "periodic":
             wakes = tick_position(next_tick(F.col(WAKES_AT), interval))
         rises = rises.unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), wakes))
-    partitions = [
-        (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
-    ]
     changes = replay(rises, partitions, LONG_MIN, strategy.combine)
     return changes.select(from_fields().alias(POSITION), F.col(RISE_TO).alias(WATERMARK))

@@ -20,6 +20,7 @@ from feast_stream_backfill import (
     ArchivedTopic,
     EventTimeTrigger,
     ProcessingTimeModel,
+    SessionWindows,
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
@@ -126,6 +127,19 @@ def test_every_partition_idle_flushes_to_the_max_watermark(make_archive):
     assert spark_log(make_archive, FLUSH, 200, idle, min_gap=100) == (expected, 1)
 
 
+@pytest.mark.parametrize("kind", [TumblingWindows(1000), SessionWindows(500)])
+def test_idleness_across_topics_is_refused(make_archive, kind):
+    job = StreamJob(
+        topics=[ArchivedTopic(t, dataframe=make_archive(QUIET)) for t in ("t", "u")],
+        keys=["user"],
+        window=kind,
+        aggregations=[Aggregation("amount", "sum", "sum")],
+        watermark=WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T),
+    )
+    with pytest.raises(ValueError, match="idleness with several topics"):
+        backfill(make_archive([]).sparkSession, job)
+
+
 def test_idleness_is_refused_where_it_is_not_modelled():
     with pytest.raises(ValueError, match="MAX"):
         WatermarkStrategy(combine="max", idle_timeout_ms=T)
@@ -133,42 +147,43 @@ def test_idleness_is_refused_where_it_is_not_modelled():
         WatermarkStrategy(idle_timeout_ms=0)
 
 
-def periods(spark, read_at, interval, timeout, start, horizon):
+def periods(spark, read_at, interval, timeout):
     """:func:`idle_periods` of partitions given as their records' processing times, in
     offset order: ``(partition, idle from, offset of the waking record, its time)``."""
     rows = [("t", p, o, pt) for p, times in read_at.items() for o, pt in enumerate(times)]
-    records = spark.createDataFrame(
-        rows, f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
-    )
-    found = idle_periods(records, interval, timeout, start, horizon).collect()
+    schema = f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
+    found = idle_periods(spark.createDataFrame(rows, schema), interval, timeout).collect()
     return sorted(
         (r[PARTITION], r[IDLE_FROM], r[IDLE_UNTIL] and r[IDLE_UNTIL]["offset"], r[WAKES_AT])
         for r in found
     )
 
 
-# waits = (250 // 100 + 1) * 100 = 300. p0: after 310 (tick 400) idle at 400 + 100 + 300 = 800,
-# woken by 900; after 960 (tick 1000) idle at 1400 = the horizon, for good. 120 -> 290 and
-# 290 -> 310 cross a 300 ms cell without a period. p1 (one record at 650): idle from
-# ceil(S = 50) + 300 = 400 until it, and from 700 + 400 = 1100 on.
-HAND = {0: [50, 120, 290, 310, 900, 960], 1: [650]}
+# waits = (250 // 100 + 1) * 100 = 300; the job starts at S = 50 and the archive ends at the
+# tick 1000 (its last record is at 960). p0: after 310 (tick 400) idle at 400 + 100 + 300 =
+# 800, woken by 900; 120 -> 290 and 290 -> 310 cross a 300 ms cell without a period. p1 and
+# p2: idle from ceil(S) + 300 = 400 until their first record; after it, p2 (tick 600) idle at
+# 1000, the archive's end, for good; p1 (tick 700) at 1100, after the end: no period.
+HAND = {0: [50, 120, 290, 310, 900, 960], 1: [650], 2: [560]}
 
 
 def test_idle_periods_by_hand(spark):
-    assert periods(spark, HAND, TICK, T, start=50, horizon=1400) == [
+    assert periods(spark, HAND, TICK, T) == [
         (0, 800, 4, 900),
-        (0, 1400, None, None),
         (1, 400, 0, 650),
-        (1, 1100, None, None),
+        (2, 400, 0, 560),
+        (2, 1000, None, None),
     ]
-    assert periods(spark, HAND, TICK, T, start=50, horizon=1399)[1] == (1, 400, 0, 650)
 
 
-def successive(read_at, interval, timeout, start, horizon):
+def successive(read_at, interval, timeout):
     """The rule record by record: after each record, idle at ``ceil_I(a) + I + waits`` unless
-    the next record comes first; before the first, at ``ceil_I(S) + waits``."""
+    the next record comes first or the archive ends (at the tick at or after its last
+    record) before; before the first, at ``ceil_I(S) + waits``."""
     waits = (timeout // interval + 1) * interval
     ceil = lambda t: -(-t // interval) * interval  # noqa: E731
+    start = min(times[0] for times in read_at.values())
+    horizon = ceil(max(times[-1] for times in read_at.values()))
     found = []
     for p, times in read_at.items():
         if ceil(start) + waits < times[0]:
@@ -192,8 +207,4 @@ def successive(read_at, interval, timeout, start, horizon):
 )
 def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, timeout):
     read_at = {p: [int(t) for t in np.cumsum(g)] for p, g in gaps.items()}
-    start = min(times[0] for times in read_at.values())
-    last = max(times[-1] for times in read_at.values())
-    horizon = -(-last // interval) * interval + 2 * timeout
-    expected = successive(read_at, interval, timeout, start, horizon)
-    assert periods(spark, read_at, interval, timeout, start, horizon) == expected
+    assert periods(spark, read_at, interval, timeout) == successive(read_at, interval, timeout)
