@@ -55,6 +55,7 @@ from feast_stream_backfill.window_operator import (
     classify,
     dropped_records,
     firings,
+    shared_instants,
     status_counts,
     watermark_targets,
 )
@@ -272,6 +273,7 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
     event_time = job.window.domain == "event"
+    reaches = None
     if job.window.merges:
         timeline = None
         if event_time:
@@ -282,7 +284,6 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         cached = [replayed]
     else:
         windowed = job.window.assign(kept)
-        reaches = None
         if event_time:
             targets = watermark_targets(windowed, job.trigger)
             with stage("watermark"):
@@ -294,7 +295,6 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         dropped = dropped_records(per_status, job.keys)
         statuses = status_counts(per_status)
         cached = [reaches, per_status]
-    emissions = emission_log(fired, job.keys, job.features, job.operator_delay_ms)
     dropped = dropped.select(
         *job.keys,
         F.timestamp_millis(WINDOW_START).alias("window_start"),
@@ -311,6 +311,9 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
     with refusing_overflow(long_sums), stage("windows and triggers"):
         counted = {row[STATUS]: row["n"] for row in statuses.collect()}
     stats = {**counts, **{f"records_{s}": counted.get(s, 0) for s in STATUSES}}
+    # Sessions merge: two of a key's sessions can fire at any instant, whatever the timers.
+    shared = None if job.window.merges else shared_instants(fired, reaches, counted)
+    emissions = emission_log(fired, job.keys, job.features, job.operator_delay_ms, shared)
     if job.lookups:  # removed by an inner lookup: no state at their lookup time
         inner = any(lookup.how == "inner" for lookup in job.lookups)
         keyed_count = counts["records_read"] - counts["duplicates_removed"]

@@ -27,11 +27,18 @@ EMISSION_COLUMNS = (
 
 
 def emission_log(
-    firings: DataFrame, keys: Sequence[str], features: Sequence[str], operator_delay_ms: int
+    firings: DataFrame,
+    keys: Sequence[str],
+    features: Sequence[str],
+    operator_delay_ms: int,
+    shared_instants: DataFrame | None = None,
 ) -> DataFrame:
     """Firings as the emission log: key column(s), then :data:`EMISSION_COLUMNS`, then one
     column per feature. ``emit_time`` is the firing's processing time plus the operator delay
-    D3: when the sink would have written it."""
+    D3: when the sink would have written it. ``shared_instants``: the fire times (``_time``)
+    at which a key may fire more than once (:func:`window_operator.shared_instants`), None
+    for any; only firings at those are shuffled and sorted to be numbered, the others are
+    their key's only firing of the instant (``emit_sequence`` 0)."""
     emit_ms = F.col(FIRE_POSITION)["time"] + operator_delay_ms
     # A record fires its own windows latest start first (Flink's assignWindows order), then
     # the timers its watermark triggers fire by timestamp.
@@ -41,17 +48,23 @@ def emission_log(
     at_same_instant = Window.partitionBy(*keys, "_emit_ms").orderBy(
         FIRE_POSITION, F.col(FIRED_BY_RECORD).desc(), within_position
     )
-    return (
-        firings.withColumn("_emit_ms", emit_ms)
-        .withColumn("emit_sequence", F.row_number().over(at_same_instant) - 1)
-        .select(
-            *keys,
-            F.timestamp_millis(WINDOW_START).alias("window_start"),
-            F.timestamp_millis(WINDOW_END).alias("window_end"),
-            F.timestamp_millis("_emit_ms").alias("emit_time"),
-            F.col("emit_sequence").cast("int"),
-            "firing",
-            F.col("record_count").cast("long"),
-            *features,
-        )
+    firings = firings.withColumn("_emit_ms", emit_ms)
+    numbered = F.row_number().over(at_same_instant) - 1
+    if shared_instants is None:
+        logged = firings.withColumn("emit_sequence", numbered)
+    else:
+        shared = F.broadcast(shared_instants.select(F.col("_time").alias("_shared")))
+        at_shared = F.col(FIRE_POSITION)["time"] == F.col("_shared")
+        alone = firings.join(shared, at_shared, "left_anti").withColumn("emit_sequence", F.lit(0))
+        crowded = firings.join(shared, at_shared, "left_semi")
+        logged = alone.unionByName(crowded.withColumn("emit_sequence", numbered))
+    return logged.select(
+        *keys,
+        F.timestamp_millis(WINDOW_START).alias("window_start"),
+        F.timestamp_millis(WINDOW_END).alias("window_end"),
+        F.timestamp_millis("_emit_ms").alias("emit_time"),
+        F.col("emit_sequence").cast("int"),
+        "firing",
+        F.col("record_count").cast("long"),
+        *features,
     )

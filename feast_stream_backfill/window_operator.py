@@ -11,7 +11,7 @@ per record) carry a running aggregate per window, ordered by position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
@@ -30,8 +30,10 @@ from feast_stream_backfill.columns import (
 from feast_stream_backfill.processing_order import clock_position
 from feast_stream_backfill.triggers import (
     DROPPED,
+    LATE,
     ON_TIME,
     PENDING,
+    PER_RECORD,
     WATERMARK,
     Trigger,
     fires_by_record,
@@ -90,6 +92,25 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
     waiting = F.when(timer.isNull(), PENDING).otherwise(ON_TIME)
     status = F.lit(on_element(trigger, closed, late, waiting))
     return windowed.withColumn(STATUS, status).withColumn(FIRE_POSITION, timer)
+
+
+def shared_instants(
+    fired: DataFrame, reaches: DataFrame | None, counted: Mapping[str, int]
+) -> DataFrame | None:
+    """The fire times (``_time``, ms) at which a key may fire more than once: the only
+    instants whose firings the emission log must number. None: any may (a record fired a
+    window at once: late or per record, at the record's instant). Otherwise only timers fired
+    (``counted``, the status counts, says so): a processing-time timer at its own window's
+    ``maxTs + 1``, so no instant is shared; a watermark timer where the watermark first
+    reaches the window's target (``reaches``, one row per target), so an instant is shared
+    only where one watermark, or two in one millisecond, reach several targets, as when a slow
+    partition lets the watermark jump over several window ends."""
+    if counted.get(LATE) or counted.get(PER_RECORD):
+        return None
+    if reaches is None:
+        return fired.sparkSession.createDataFrame([], "_time long")
+    times = reaches.groupBy(F.col(POSITION)["time"].alias("_time")).count()
+    return times.where(F.col("count") > 1).select("_time")
 
 
 def _values(

@@ -25,7 +25,11 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.columns import POSITION, TARGET
+from feast_stream_backfill.processing_order import STRUCT, Position
+from feast_stream_backfill.triggers import LATE, ON_TIME, PER_RECORD
 from feast_stream_backfill.watermarks import watermark_reaches
+from feast_stream_backfill.window_operator import shared_instants
 
 ROWS = [
     (0, 0, 1, "a", 1.0),
@@ -212,3 +216,29 @@ def test_first_record_reaching_each_target(make_archive, targets, expected):
     found = {r._target: (r._pos.time, r._pos.offset) for r in reaches.collect()}
     assert found == expected
     timed.unpersist()
+
+
+def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
+    """The emission log numbers a key's firings within an instant only where it can have
+    two: wherever a record fires (late or per record: None, every instant), or at a time where
+    the watermark reaches several targets (the test above: one tick fires two windows,
+    sequences 0 and 1). Processing-time timers never meet."""
+
+    def reaches(*at: Position):
+        rows = list(enumerate(at))
+        return spark.createDataFrame(rows, f"{TARGET} long, {POSITION} {STRUCT.simpleString()}")
+
+    def shared(reached, counted) -> list[int] | None:
+        found = shared_instants(reached, reached, counted)
+        return None if found is None else sorted(r._time for r in found.collect())
+
+    ticks = reaches(Position.tick(30), Position.tick(40), Position.tick(40), Position.tick(50))
+    assert shared(ticks, {ON_TIME: 5, "pending": 2}) == [40]
+    assert shared(ticks, {ON_TIME: 5, LATE: 1}) is None
+    # on-event watermarks: two records of one millisecond are one instant
+    records = reaches(Position.record(30, "t", 0, 4), Position.record(30, "t", 1, 9))
+    assert shared(records, {ON_TIME: 5}) == [30]
+    assert shared(reaches(Position.tick(30), Position.tick(40)), {ON_TIME: 5}) == []
+    clock = spark.createDataFrame([(1,)], "x int")
+    assert shared_instants(clock, None, {ON_TIME: 5}).count() == 0
+    assert shared_instants(clock, None, {PER_RECORD: 3}) is None
