@@ -312,7 +312,7 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         counted = {row[STATUS]: row["n"] for row in statuses.collect()}
     stats = {**counts, **{f"records_{s}": counted.get(s, 0) for s in STATUSES}}
     # Sessions merge: two of a key's sessions can fire at any instant, whatever the timers.
-    shared = None if job.window.merges else shared_instants(fired, reaches, counted)
+    shared = None if job.window.merges else shared_instants(spark, reaches, counted)
     emissions = emission_log(fired, job.keys, job.features, job.operator_delay_ms, shared)
     if job.lookups:  # removed by an inner lookup: no state at their lookup time
         inner = any(lookup.how == "inner" for lookup in job.lookups)

@@ -69,6 +69,9 @@ FIRE_POSITION = _column("_fire_pos", "triggers", "where in processing order a wi
 FIRED_BY_RECORD = _column(
     "_fired_by_record", "triggers", "fired by a record (late, per record), not by a timer"
 )
+SHARED_INSTANT = _column(
+    "_shared_instant", "triggers", "a fire time at which a key may fire twice, epoch ms"
+)
 
 # enrichment: the normalized versions table every state source yields (enrichment.state) and
 # the lookup reads (enrichment.lookup)

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.columns import FIRE_POSITION, FIRED_BY_RECORD, WINDOW_END, WINDOW_START
+from feast_stream_backfill.columns import (
+    FIRE_POSITION,
+    FIRED_BY_RECORD,
+    SHARED_INSTANT,
+    WINDOW_END,
+    WINDOW_START,
+)
 
 EMISSION_COLUMNS = (
     "window_start",
@@ -35,10 +41,10 @@ def emission_log(
 ) -> DataFrame:
     """Firings as the emission log: key column(s), then :data:`EMISSION_COLUMNS`, then one
     column per feature. ``emit_time`` is the firing's processing time plus the operator delay
-    D3: when the sink would have written it. ``shared_instants``: the fire times (``_time``)
-    at which a key may fire more than once (:func:`window_operator.shared_instants`), None
-    for any; only firings at those are shuffled and sorted to be numbered, the others are
-    their key's only firing of the instant (``emit_sequence`` 0)."""
+    D3: when the sink would have written it. ``shared_instants``: the fire times at which a
+    key may fire more than once (:func:`window_operator.shared_instants`), None for any; only
+    firings at those are shuffled and sorted to be numbered, the others are their key's only
+    firing of the instant (``emit_sequence`` 0)."""
     emit_ms = F.col(FIRE_POSITION)["time"] + operator_delay_ms
     # A record fires its own windows latest start first (Flink's assignWindows order), then
     # the timers its watermark triggers fire by timestamp.
@@ -53,8 +59,8 @@ def emission_log(
     if shared_instants is None:
         logged = firings.withColumn("emit_sequence", numbered)
     else:
-        shared = F.broadcast(shared_instants.select(F.col("_time").alias("_shared")))
-        at_shared = F.col(FIRE_POSITION)["time"] == F.col("_shared")
+        shared = F.broadcast(shared_instants)
+        at_shared = F.col(FIRE_POSITION)["time"] == F.col(SHARED_INSTANT)
         alone = firings.join(shared, at_shared, "left_anti").withColumn("emit_sequence", F.lit(0))
         crowded = firings.join(shared, at_shared, "left_semi")
         logged = alone.unionByName(crowded.withColumn("emit_sequence", numbered))

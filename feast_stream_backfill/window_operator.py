@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation, Over
@@ -22,6 +22,7 @@ from feast_stream_backfill.columns import (
     FIRE_POSITION,
     FIRED_BY_RECORD,
     POSITION,
+    SHARED_INSTANT,
     STATUS,
     TARGET,
     WINDOW_END,
@@ -95,9 +96,9 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
 
 
 def shared_instants(
-    fired: DataFrame, reaches: DataFrame | None, counted: Mapping[str, int]
+    spark: SparkSession, reaches: DataFrame | None, counted: Mapping[str, int]
 ) -> DataFrame | None:
-    """The fire times (``_time``, ms) at which a key may fire more than once: the only
+    """The fire times (``_shared_instant``, ms) at which a key may fire twice: the only
     instants whose firings the emission log must number. None: any may (a record fired a
     window at once: late or per record, at the record's instant). Otherwise only timers fired
     (``counted``, the status counts, says so): a processing-time timer at its own window's
@@ -108,9 +109,9 @@ def shared_instants(
     if counted.get(LATE) or counted.get(PER_RECORD):
         return None
     if reaches is None:
-        return fired.sparkSession.createDataFrame([], "_time long")
-    times = reaches.groupBy(F.col(POSITION)["time"].alias("_time")).count()
-    return times.where(F.col("count") > 1).select("_time")
+        return spark.createDataFrame([], f"{SHARED_INSTANT} long")
+    times = reaches.groupBy(F.col(POSITION)["time"].alias(SHARED_INSTANT)).count()
+    return times.where(F.col("count") > 1).select(SHARED_INSTANT)
 
 
 def _values(

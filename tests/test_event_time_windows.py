@@ -25,7 +25,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
-from feast_stream_backfill.columns import POSITION, TARGET
+from feast_stream_backfill.columns import POSITION, SHARED_INSTANT, TARGET
 from feast_stream_backfill.processing_order import STRUCT, Position
 from feast_stream_backfill.triggers import LATE, ON_TIME, PER_RECORD
 from feast_stream_backfill.watermarks import watermark_reaches
@@ -229,8 +229,8 @@ def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
         return spark.createDataFrame(rows, f"{TARGET} long, {POSITION} {STRUCT.simpleString()}")
 
     def shared(reached, counted) -> list[int] | None:
-        found = shared_instants(reached, reached, counted)
-        return None if found is None else sorted(r._time for r in found.collect())
+        found = shared_instants(spark, reached, counted)
+        return None if found is None else sorted(r[SHARED_INSTANT] for r in found.collect())
 
     ticks = reaches(Position.tick(30), Position.tick(40), Position.tick(40), Position.tick(50))
     assert shared(ticks, {ON_TIME: 5, "pending": 2}) == [40]
@@ -239,6 +239,5 @@ def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
     records = reaches(Position.record(30, "t", 0, 4), Position.record(30, "t", 1, 9))
     assert shared(records, {ON_TIME: 5}) == [30]
     assert shared(reaches(Position.tick(30), Position.tick(40)), {ON_TIME: 5}) == []
-    clock = spark.createDataFrame([(1,)], "x int")
-    assert shared_instants(clock, None, {ON_TIME: 5}).count() == 0
-    assert shared_instants(clock, None, {PER_RECORD: 3}) is None
+    assert shared_instants(spark, None, {ON_TIME: 5}).count() == 0
+    assert shared_instants(spark, None, {PER_RECORD: 3}) is None
