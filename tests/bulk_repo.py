@@ -83,10 +83,14 @@ def objects(archive: str) -> list:
     return [user, spend, top]
 
 
-def make_repo(spark: SparkSession, path: Path, users: int, project: str) -> FeatureStore:
-    """The repository at ``path``, applied (registry written); the store it opens."""
+def make_repo(
+    spark: SparkSession, path: Path, users: int, project: str, registry: str = "data/registry.db"
+) -> FeatureStore:
+    """The repository at ``path``, applied (registry written); the store it opens.
+    ``registry``: as :func:`tests.conftest.feature_store_yaml`."""
     (path / "data").mkdir(parents=True, exist_ok=True)
-    (path / "feature_store.yaml").write_text(feature_store_yaml(project, "${FSB_REDIS}"))
+    yaml = feature_store_yaml(project, "${FSB_REDIS}", registry)
+    (path / "feature_store.yaml").write_text(yaml)
     archive = str(path / "data" / "archive")
     write_bulk_archive(spark, archive, users)
     store = FeatureStore(repo_path=str(path))

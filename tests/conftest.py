@@ -97,12 +97,13 @@ def collect_log(result, extra: Sequence[str] = ()) -> tuple[list[tuple], dict[tu
     return emissions, dropped
 
 
-def feature_store_yaml(project: str, redis_server: str) -> str:
+def feature_store_yaml(project: str, redis_server: str, registry: str = "data/registry.db") -> str:
     """A feature repo's ``feature_store.yaml``: the plugin's offline store and compute engine,
-    a real redis-server online."""
+    a real redis-server online; ``registry``: its YAML value (Feast's file registry by
+    default)."""
     return f"""project: {project}
 provider: local
-registry: data/registry.db
+registry: {registry}
 entity_key_serialization_version: 3
 online_store: {{type: redis, connection_string: "{redis_server}"}}
 offline_store:

@@ -52,9 +52,15 @@ def store_on(repo: Path, address: str) -> FeatureStore:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, spark) -> Path:
+    """Feast's SQL registry (SQLite): materializations at once each record their interval, and
+    Feast's file registry does not support concurrent writers (feast-dev/feast#2176)."""
     path = tmp_path_factory.mktemp("faults_repo")
     os.environ["FSB_REDIS"] = "127.0.0.1:1"  # apply does not connect
-    make_repo(spark, path, USERS, "faults")
+    registry = f'{{registry_type: sql, path: "sqlite:///{path}/data/registry.sqlite"}}'
+    make_repo(spark, path, USERS, "faults", registry)
+    assert (path / "data" / "registry.sqlite").exists() and not (
+        path / "data" / "registry.db"
+    ).exists()
     return path
 
 
