@@ -221,8 +221,9 @@ def test_first_record_reaching_each_target(make_archive, targets, expected):
 def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
     """The emission log numbers a key's firings within an instant only where it can have
     two: wherever a record fires (late or per record: None, every instant), or at a time where
-    the watermark reaches several targets (the test above: one tick fires two windows,
-    sequences 0 and 1). Processing-time timers never meet."""
+    the watermark reaches several targets (one tick fires two windows, sequences 0 and 1, in
+    ``test_slow_partition_holds_back_firing_and_late_record_is_dropped``). Processing-time
+    timers never meet."""
 
     def reaches(*at: Position):
         rows = list(enumerate(at))
