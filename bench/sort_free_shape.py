@@ -61,13 +61,17 @@ def shape(spark, path: str) -> float:
     later = Window.partitionBy("partition").orderBy(F.desc("cell"))
     suffix = cells.withColumn("from_here", F.min("first").over(later))
     ends = raw.select((F.col("et") - F.pmod("et", F.lit(WINDOW_MS)) + WINDOW_MS).alias("end"))
-    seconds, end_rows = timed(
-        "2 cells, suffix minimum", lambda: (noop(suffix), ends.distinct().collect())[1]
-    )
+
+    def cells_and_window_ends() -> list:
+        noop(suffix)
+        return ends.distinct().collect()  # one row per window end: small
+
+    seconds, end_rows = timed("2 cells, suffix minimum", cells_and_window_ends)
     total += seconds
 
+    # a window's watermark threshold: maxTs + B + 1 ms = end + B
     thresholds = spark.createDataFrame(
-        [(row["end"] - 1 + BOUND_MS + 1,) for row in end_rows], "v long"
+        [(row["end"] + BOUND_MS,) for row in end_rows], "v long"
     ).withColumn("cell", F.floor(F.col("v") / CELL_MS))
     boundary = (
         raw.withColumn("cell", cell)

@@ -58,9 +58,8 @@ def repo(tmp_path_factory, spark) -> Path:
     os.environ["FSB_REDIS"] = "127.0.0.1:1"  # apply does not connect
     registry = f'{{registry_type: sql, path: "sqlite:///{path}/data/registry.sqlite"}}'
     make_repo(spark, path, USERS, "faults", registry)
-    assert (path / "data" / "registry.sqlite").exists() and not (
-        path / "data" / "registry.db"
-    ).exists()
+    assert (path / "data" / "registry.sqlite").exists()
+    assert not (path / "data" / "registry.db").exists()
     return path
 
 
