@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType
 
+from feast_stream_backfill import first_offsets
 from feast_stream_backfill.aggregations import LONG_OVERFLOW, Aggregation
 from feast_stream_backfill.columns import (
     CONFLICT,
@@ -22,6 +23,7 @@ from feast_stream_backfill.columns import (
     PARTITION,
     POSITION,
     STATUS,
+    TARGET,
     TOPIC,
     WINDOW_END,
     WINDOW_START,
@@ -33,10 +35,10 @@ from feast_stream_backfill.enrichment import (
     enrichment_inputs,
     enrichment_outputs,
 )
-from feast_stream_backfill.errors import BadArchiveError
+from feast_stream_backfill.errors import BadArchiveError, conflicting_copies
 from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.processing_time import ProcessingTimeModel, with_processing_time
-from feast_stream_backfill.records import ArchivedTopic, observed_records
+from feast_stream_backfill.records import ArchivedTopic, RecordChecks, observed_records
 from feast_stream_backfill.sessions import session_firings
 from feast_stream_backfill.stages import stage
 from feast_stream_backfill.triggers import (
@@ -187,13 +189,9 @@ def refusing_overflow(long_sums: Sequence[str]) -> Iterator[None]:
         raise
 
 
-def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[str, int]]:
-    """Every topic's records with their processing times and duplicate flags (kept: the counts
-    and everything after read them), and the counts ``records_read`` and ``duplicates_removed``.
-
-    A record archived twice with different content is refused, naming the first: picking one
-    would be a guess.
-    """
+def job_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, list[RecordChecks]]:
+    """Every topic's records, normalized, with the columns the job reads, and each topic's value
+    checks: the caller observes them on its first pass over every record, then verifies."""
     refused = job.archive_keys if job.null_keys == "refuse" else []
     numeric = [
         a.column
@@ -208,8 +206,19 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         DataFrame.unionByName,
         [df.select(TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns) for df, _ in read],
     )
+    return records, [checks for _, checks in read]
+
+
+def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[str, int]]:
+    """Every topic's records with their processing times and duplicate flags (kept: the counts
+    and everything after read them), and the counts ``records_read`` and ``duplicates_removed``.
+
+    A record archived twice with different content is refused, naming the first: picking one
+    would be a guess.
+    """
+    records, read = job_records(spark, job)
     timed = with_processing_time(records, job.processing_time)
-    for _, checks in read:  # on the pass that sorts the records, which keeps every one
+    for checks in read:  # on the pass that sorts the records, which keeps every one
         timed = checks.observe(timed)
     timed = timed.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     with stage("processing time"):
@@ -220,7 +229,7 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
             F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
         ).first()
     try:
-        for _, checks in read:
+        for checks in read:
             checks.verify()
     except BadArchiveError:
         timed.unpersist()
@@ -228,11 +237,8 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
     if counts["conflicts"]:
         example = timed.where(F.col(CONFLICT)).select(TOPIC, PARTITION, OFFSET).first()
         timed.unpersist()
-        raise BadArchiveError(
-            f"archived topic {example[TOPIC]!r}: {counts['conflicts']} record(s) archived twice "
-            f"with different content, e.g. partition {example[PARTITION]} offset "
-            f"{example[OFFSET]}; refusing to pick one"
-        )
+        n = counts["conflicts"]
+        raise conflicting_copies(example[TOPIC], n, example[PARTITION], example[OFFSET])
     names = ["records_read", "duplicates_removed"]
     names += ["records_null_key"] if job.null_keys == "drop" else []
     return timed, {name: counts[name] for name in names}
@@ -249,52 +255,110 @@ def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
     return distinct if job.null_keys == "refuse" else distinct.where(~job.null_key())
 
 
-def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
+def sorts_nothing(job: StreamJob) -> bool:
+    """Does the job run on first offsets (:mod:`first_offsets`), without sorting the records
+    by offset? Aligned event-time windows fired by the watermark's periodic ticks alone, with
+    D1 = 0, no idleness and no enrichment."""
+    trigger = job.trigger
+    return (
+        job.processing_time.min_gap_ms == 0
+        and job.window.domain == "event"
+        and not job.window.merges
+        and isinstance(trigger, EventTimeTrigger)
+        and trigger.allowed_lateness_ms == 0
+        and job.watermark.emission == "periodic"
+        and not job.watermark.detects_idleness
+        and not job.lookups
+        and not job.derived
+        and job.null_keys == "refuse"
+    )
+
+
+def _classified_by_offsets(
+    spark: SparkSession, job: StreamJob, bounds: Mapping[str, int]
+) -> tuple[dict[str, int], DataFrame, DataFrame, DataFrame, list[DataFrame]]:
+    """:func:`sorts_nothing`'s jobs: the counts, the records each once, the classified
+    (record, window) pairs, the watermark's reaches and what is kept for them."""
+    records, read = job_records(spark, job)
+    observed = records
+    for checks in read:  # on the pass that counts the offsets, which reads every record
+        observed = checks.observe(observed)
+    with stage("processing time"):
+        words, counts = first_offsets.offset_words(observed)
+    try:
+        for checks in read:
+            checks.verify()
+        with stage("processing time"):
+            distinct, kept_copies = first_offsets.distinct_records(records, words)
+    except BadArchiveError:
+        words.unpersist()
+        raise
+    partitions = words.select(TOPIC, PARTITION).distinct()
+    delay = job.processing_time.min_delay_ms
+    with stage("watermark"):
+        # copies share their record's windows: the targets need no deduplication
+        targets = watermark_targets(job.window.assign(records), job.trigger).collect()
+        reaches = first_offsets.watermark_reaches(
+            records, partitions, [row[TARGET] for row in targets], job.watermark, delay, bounds
+        )
+        drops = first_offsets.drop_offsets(records, partitions, reaches, delay)
+    words.unpersist()
+    classified = first_offsets.classify(job.window.assign(distinct), drops, job.trigger)
+    return counts, distinct, classified, reaches, [*kept_copies, reaches, drops]
+
+
+def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) -> Backfill:
     """Run the model over the job's archived topics.
 
     Actions on the data, each a named stage (:mod:`stages`): the record counts (which compute
     and keep the timed records, and check every record's values as they go: no validation pass
     of its own), the watermark (computed and kept), the status counts (which compute and keep
     the per-window aggregate the emission log and the dropped records are read from), then
-    whatever the caller does with the results.
+    whatever the caller does with the results. The jobs of :func:`sorts_nothing` never sort
+    the records by offset, unless ``always_sort`` (the tests compare both paths).
     """
-    timed, counts = timed_records(spark, job)
-    distinct = distinct_records(timed)
-    # Only enriched records are windowed, but the watermark comes from every record: in Flink
-    # those an inner lookup removed had passed the source's watermark generator.
-    keyed = keyed_records(job, distinct)
-    enriched = None
-    if job.lookups or job.derived:
-        enriched = enrich(keyed, job.lookups, job.derived).persist(
-            StorageLevel.MEMORY_AND_DISK_DESER
-        )
-    kept = keyed if enriched is None else enriched
     bounds = {
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
     event_time = job.window.domain == "event"
-    reaches = None
-    if job.window.merges:
-        timeline = None
-        if event_time:
-            timeline = watermark_timeline(distinct, job.watermark, bounds)
-        fired, dropped, statuses, replayed = session_firings(
-            kept, job.keys, job.aggregations, job.window, job.trigger, timeline
-        )
-        cached = [replayed]
+    enriched = reaches = classified = None
+    if sorts_nothing(job) and not always_sort:
+        counts, kept, classified, reaches, cached = _classified_by_offsets(spark, job, bounds)
     else:
-        windowed = job.window.assign(kept)
-        if event_time:
-            targets = watermark_targets(windowed, job.trigger)
-            with stage("watermark"):
-                reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
-        classified = classify(windowed, job.trigger, reaches)
+        timed, counts = timed_records(spark, job)
+        distinct = distinct_records(timed)
+        # Only enriched records are windowed, but the watermark comes from every record: in
+        # Flink those an inner lookup removed had passed the source's watermark generator.
+        keyed = keyed_records(job, distinct)
+        if job.lookups or job.derived:
+            enriched = enrich(keyed, job.lookups, job.derived).persist(
+                StorageLevel.MEMORY_AND_DISK_DESER
+            )
+        kept = keyed if enriched is None else enriched
+        cached = [df for df in (timed, enriched) if df is not None]
+        if job.window.merges:
+            timeline = None
+            if event_time:
+                timeline = watermark_timeline(distinct, job.watermark, bounds)
+            fired, dropped, statuses, replayed = session_firings(
+                kept, job.keys, job.aggregations, job.window, job.trigger, timeline
+            )
+            cached.append(replayed)
+        else:
+            windowed = job.window.assign(kept)
+            if event_time:
+                targets = watermark_targets(windowed, job.trigger)
+                with stage("watermark"):
+                    reaches = watermark_reaches(distinct, targets, job.watermark, bounds)
+                cached.append(reaches)
+            classified = classify(windowed, job.trigger, reaches)
+    if classified is not None:
         per_status = by_status(classified, job.keys, job.aggregations)
         per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)
         dropped = dropped_records(per_status, job.keys)
         statuses = status_counts(per_status)
-        cached = [reaches, per_status]
+        cached.append(per_status)
     dropped = dropped.select(
         *job.keys,
         F.timestamp_millis(WINDOW_START).alias("window_start"),
@@ -323,6 +387,6 @@ def backfill(spark: SparkSession, job: StreamJob) -> Backfill:
         emissions=emissions,
         dropped=dropped,
         stats=stats,
-        cached=[df for df in (timed, enriched, *cached) if df is not None],
+        cached=cached,
         long_sums=long_sums,
     )

@@ -8,3 +8,12 @@ class BadArchiveError(ValueError):
 class BadStateTableError(BadArchiveError):
     """A state table cannot be used for enrichment as it is (the message names table and
     column). A kind of :class:`BadArchiveError`: both are bad input to a backfill."""
+
+
+def conflicting_copies(topic: str, n: int, partition: int, offset: int) -> BadArchiveError:
+    """``n`` archived copies whose content differs from their record's, one at ``partition``,
+    ``offset``: picking one would be a guess."""
+    return BadArchiveError(
+        f"archived topic {topic!r}: {n} record(s) archived twice with different content, "
+        f"e.g. partition {partition} offset {offset}; refusing to pick one"
+    )

@@ -51,6 +51,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.backfill import sorts_nothing
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
 
@@ -98,7 +99,14 @@ def plugin_trigger(job: Job) -> EventTimeTrigger | ProcessingTimeTrigger | PerRe
     return EventTimeTrigger(job.lateness) if job.domain == "event" else ProcessingTimeTrigger()
 
 
-def run_backfill(spark: SparkSession, records: list[Record], job: Job, **options) -> Backfill:
+def run_backfill(
+    spark: SparkSession, records: list[Record], job: Job, always_sort: bool = False, **options
+) -> Backfill:
+    """The job as the plugin's StreamJob (with ``options``), run (sorted, ``always_sort``)."""
+    return backfill(spark, stream_job(spark, records, job, **options), always_sort=always_sort)
+
+
+def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) -> StreamJob:
     """The job as the plugin's StreamJob (with ``options``), one archived topic per simulator
     topic; features sum, min, max (the simulator's), mean and count."""
     topics = []
@@ -114,7 +122,7 @@ def run_backfill(spark: SparkSession, records: list[Record], job: Job, **options
                 dataframe=df.withColumn("event_time", F.timestamp_millis("et")).drop("et"),
             )
         )
-    spec = StreamJob(
+    return StreamJob(
         topics=topics,
         keys=["user"],
         window=plugin_window(job),
@@ -127,7 +135,6 @@ def run_backfill(spark: SparkSession, records: list[Record], job: Job, **options
         operator_delay_ms=job.operator_delay,
         **options,
     )
-    return backfill(spark, spec)
 
 
 def spark_backfill(spark: SparkSession, records: list[Record], job: Job):
@@ -171,12 +178,13 @@ def expected_stats(records: list[Record], counts: Mapping[str, int]) -> dict[str
     }
 
 
-def check(spark: SparkSession, records: list[Record], job: Job) -> list[tuple]:
-    """The plugin's emissions, drops and status counts equal the simulator's; returns the
-    simulator's emissions (for the cases that also pin them by hand)."""
+def check(spark: SparkSession, records: list[Record], job: Job, **options) -> list[tuple]:
+    """The plugin's emissions, drops and status counts (``options``: :func:`run_backfill`'s)
+    equal the simulator's; returns the simulator's emissions (for the cases that also pin them by
+    hand)."""
     counts: dict[str, int] = {}
     emissions, dropped = simulate(records, job, counts)
-    actual, actual_dropped, stats = spark_backfill_with_stats(spark, records, job)
+    actual, actual_dropped, stats = spark_backfill_with_stats(spark, records, job, **options)
     assert normalized(actual) == normalized(map(with_mean_and_count, emissions))
     assert actual_dropped == dropped
     expected = expected_stats(records, counts)
@@ -537,6 +545,35 @@ jobs = st.builds(
 def test_spark_backfill_equals_reference_simulator(spark, records, job, base):
     assume(records)  # an empty archive is refused; test_bad_input covers it
     check(spark, shifted(records, base), modelled(job, records))
+
+
+#: The jobs :func:`sorts_nothing` holds for: aligned event-time windows, the default trigger
+#: without lateness, periodic watermarks, D1 = 0, no idleness.
+unsorted_jobs = jobs.map(
+    lambda job: replace(
+        job,
+        gap=0,
+        domain="event",
+        trigger="default",
+        emission="periodic",
+        lateness=0,
+        min_gap=0,
+        idleness=0,
+    )
+)
+
+
+@given(records=archives(), job=unsorted_jobs, base=st.sampled_from([0, REALISTIC]))
+def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base):
+    """The path that never sorts the records by offset (:mod:`first_offsets`): taken for these
+    jobs, and equal to the simulator; so is the sorted path, forced (long profile only: CI's
+    time)."""
+    assume(records)
+    records = shifted(records, base)
+    assert sorts_nothing(stream_job(spark, records, job))
+    check(spark, records, job)
+    if os.environ.get("HYPOTHESIS_PROFILE") == "long":
+        check(spark, records, job, always_sort=True)
 
 
 # ------------------------------------------------------------------ the simulator by itself

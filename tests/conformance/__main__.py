@@ -1,9 +1,11 @@
 """On-demand conformance run: ``python -m tests.conformance [--random N] [--seed S] [--plugin]
-[--idleness] [--wall-clock SCALE]``.
+[--idleness] [--first-offsets] [--wall-clock SCALE]``.
 
 Replays the hand-written scenarios and N random ones on Flink (one JVM) and compares each with
 the reference simulator and, with ``--plugin``, with the plugin's Spark backfill (a few seconds
-per scenario). ``--idleness`` gives every one-topic MIN scenario an idleness timeout.
+per scenario). ``--idleness`` gives every one-topic MIN scenario an idleness timeout;
+``--first-offsets`` makes every aligned-window scenario one the plugin runs without sorting
+(:func:`feast_stream_backfill.backfill.sorts_nothing`).
 ``--wall-clock SCALE`` also replays the processing-time scenarios on a MiniCluster at SCALE wall
 ms per processing-time ms (:mod:`wall_clock`). Prints scenario counts (per window kind x
 emission, and at realistic epoch times), match rates and wall times; exits 1 on any
@@ -22,7 +24,7 @@ from dataclasses import replace
 from tests.conformance import wall_clock
 from tests.conformance.harness import build, compare, flink_log, processing_order, run_flink
 from tests.conformance.scenarios import at_realistic_times, generated, hand_written, kind
-from tests.reference_simulator import simulate
+from tests.reference_simulator import Job, simulate
 
 
 def main() -> int:
@@ -31,6 +33,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plugin", action="store_true", help="also compare with Spark backfill")
     parser.add_argument("--idleness", action="store_true", help="add withIdleness(T) to jobs")
+    parser.add_argument("--first-offsets", action="store_true", help="aligned jobs unsorted")
     parser.add_argument("--wall-clock", type=int, metavar="SCALE", help="wall ms per pt ms")
     parser.add_argument("--band", type=int, default=50, help="ambiguity band, wall ms")
     args = parser.parse_args()
@@ -45,6 +48,8 @@ def main() -> int:
             else s
             for s in scenarios
         ]
+    if args.first_offsets:
+        scenarios = [s if s.job.gap else replace(s, job=unsorted(s.job)) for s in scenarios]
     classpath = build()
     timed = processing_order(scenarios)
     flink_started = time.monotonic()
@@ -111,6 +116,20 @@ def main() -> int:
         failed |= not _wall_clock(classpath, scenarios, timed, args.wall_clock, args.band)
     print(f"whole run {time.monotonic() - started:.1f} s")
     return 1 if failed else 0
+
+
+def unsorted(job: Job) -> Job:
+    """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
+    time, the default trigger without lateness, periodic watermarks, D1 = 0, no idleness."""
+    return replace(
+        job,
+        domain="event",
+        trigger="default",
+        emission="periodic",
+        lateness=0,
+        min_gap=0,
+        idleness=0,
+    )
 
 
 def _wall_clock(classpath: str, scenarios, timed, scale: int, band: int) -> bool:

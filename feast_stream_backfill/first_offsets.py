@@ -1,0 +1,308 @@
+"""Aligned event-time windows without sorting the records by offset (D1 = 0).
+
+With D1 = 0 a record is read at ``D2`` plus the highest event time of its partition up to it
+(SEMANTICS section 1), so the questions the watermark and the triggers ask need no order of
+records, only *first offsets*:
+
+- the first record of a partition with ``et >= v`` raises that highest event time, so it is
+  read at ``D2 + et``: there the partition's watermark first reaches ``v - B - 1``, and the
+  combined watermark reaches a window's ``maxTs`` where the last partition (MIN) or the first
+  (MAX) does, emitted at the next periodic tick ``T`` (:func:`watermarks.watermark_reaches`);
+- a record is read after that tick, so that its window is gone (DROPPED), iff its partition's
+  highest event time up to it is ``> T - D2``: iff its offset is at or after the partition's
+  first offset with ``et >= T - D2 + 1``.
+
+First offsets per threshold are hash aggregates: a record goes to the bucket of the highest
+threshold at or below its event time (a broadcast join on a coarse cell of event time, a few
+candidate buckets per cell), the lowest offset per (partition, bucket), and a suffix minimum
+over a partition's buckets, a few rows per window. Archived copies of a record share its offset
+and event time, so they change no first offset; only the windows' counts must see each record
+once (:func:`distinct_records`).
+
+The sorted path (:mod:`processing_time`, :mod:`watermarks`) keeps what needs a record's own
+time: D1 > 0 (ranks), idleness, on-event watermarks, processing-time and session windows, late
+and per-record firings, enrichment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from feast_stream_backfill.columns import (
+    EVENT_TIME,
+    FIRE_POSITION,
+    OFFSET,
+    PARTITION,
+    POSITION,
+    STATUS,
+    TARGET,
+    TOPIC,
+)
+from feast_stream_backfill.errors import conflicting_copies
+from feast_stream_backfill.processing_order import next_tick, tick_position
+from feast_stream_backfill.triggers import ON_TIME, PENDING, Trigger, on_element
+from feast_stream_backfill.watermarks import WatermarkStrategy, out_of_orderness
+from feast_stream_backfill.windows import max_timestamp
+
+#: Coarse cells of event time per bucket table: a broadcast of at most this many rows (plus one
+#: per threshold) per topic, however long the archive.
+MAX_CELLS = 1 << 16
+
+_FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
+
+
+def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
+    """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept, and
+    the counts ``records_read`` and ``duplicates_removed``. ``observed``: the records, with
+    the value checks observed on this, their only full pass before the checks are verified."""
+    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
+    words = (
+        observed.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(_WORD))
+        .agg(F.bit_or(bit).alias("_bits"), F.count(F.lit(1)).alias("_n"))
+        .withColumn("_copies", F.col("_n") > F.bit_count("_bits"))
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )
+    totals = words.agg(
+        F.coalesce(F.sum("_n"), F.lit(0)).alias("records_read"),
+        F.coalesce(F.sum(F.bit_count("_bits")), F.lit(0)).alias("distinct"),
+    ).first()
+    read = totals["records_read"]
+    return words, {"records_read": read, "duplicates_removed": read - totals["distinct"]}
+
+
+def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
+    """Each record once, and what is kept for it: only the records of the words holding more
+    records than offsets (:func:`offset_words`) are grouped by offset. Copies whose event
+    time or payload differ are refused, naming one."""
+    if not words.where("_copies").take(1):
+        return records, []
+    # One long per word: a colliding word only sends its records to the grouping as well.
+    key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
+    with_copies = words.where("_copies").select(
+        F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"), "_copies"
+    )
+    marked = records.select("*", key).join(F.broadcast(with_copies.distinct()), "_key", "left")
+    single = marked.where(F.col("_copies").isNull()).select(*records.columns)
+    payload = [c for c in records.columns if not c.startswith("_")]
+    version = F.xxhash64(EVENT_TIME, *payload)
+    same_offset = Window.partitionBy(TOPIC, PARTITION, OFFSET)
+    copies = (
+        marked.where(F.col("_copies"))
+        .select(
+            *records.columns,
+            (F.min(version).over(same_offset) != F.max(version).over(same_offset)).alias("_differ"),
+            F.row_number().over(same_offset.orderBy(version)).alias("_copy"),
+        )
+        .where(F.col("_copy") == 1)
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )  # a window, not a group by: the payload's strings would make it a sort aggregate
+    conflicts = copies.where("_differ")
+    found = conflicts.count()
+    if found:
+        example = conflicts.select(TOPIC, PARTITION, OFFSET).first()
+        copies.unpersist()
+        raise conflicting_copies(example[TOPIC], found, example[PARTITION], example[OFFSET])
+    return single.unionByName(copies.select(*records.columns)), [copies]
+
+
+def first_records(
+    records: DataFrame, partitions: DataFrame, thresholds: Mapping[str, Sequence[int]]
+) -> DataFrame:
+    """For each (topic, partition) of ``partitions`` and each of its topic's ``thresholds``
+    (``_threshold``): ``_first``, the struct (offset, event time) of the partition's first
+    record with ``et >= _threshold``, null where there is none.
+
+    Each record goes to a bucket, the lowest offset per (partition, bucket) is kept, and a
+    suffix minimum over a partition's buckets (a few rows per threshold) answers every
+    threshold. Thresholds on a grid of at most :data:`MAX_CELLS` cells (a window's targets)
+    bucket by arithmetic; others (the ticks) by the highest threshold at or below the
+    record's event time, found by a broadcast join on a coarse cell of event time, which
+    lists each bucket in every cell it overlaps."""
+    spark = records.sparkSession
+    levels = {topic: sorted(set(values)) for topic, values in thresholds.items() if values}
+    wanted = spark.createDataFrame(
+        [(topic, value) for topic, values in levels.items() for value in values],
+        f"{TOPIC} string, {_THRESHOLD} long",
+    )
+    grids = {topic: _grid(values) for topic, values in levels.items()}
+    if levels and all(grids.values()):
+        located = _by_grid(records, levels, grids)
+    else:
+        located = _by_bucket_join(records, levels)
+    per_bucket = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(
+        F.min(OFFSET).alias(OFFSET), F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME)
+    )  # not min(struct): a struct buffer is not hash-aggregated (a sort of every record)
+    sweep = per_bucket.select(
+        TOPIC,
+        PARTITION,
+        _THRESHOLD,
+        F.struct(OFFSET, EVENT_TIME).alias(_FIRST),
+        F.lit(False).alias("_wanted"),
+    ).unionByName(
+        partitions.join(F.broadcast(wanted), TOPIC).select(
+            TOPIC,
+            PARTITION,
+            _THRESHOLD,
+            F.lit(None).cast(f"struct<{OFFSET}: bigint, {EVENT_TIME}: bigint>").alias(_FIRST),
+            F.lit(True).alias("_wanted"),
+        )
+    )
+    # Descending, a bucket before the threshold it starts at: the running minimum is the
+    # first record at or above each threshold.
+    at_or_above = (
+        Window.partitionBy(TOPIC, PARTITION)
+        .orderBy(F.desc(_THRESHOLD), "_wanted")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    swept = sweep.select(
+        TOPIC, PARTITION, _THRESHOLD, "_wanted", F.min(_FIRST).over(at_or_above).alias(_FIRST)
+    )
+    return swept.where("_wanted").drop("_wanted")
+
+
+def _grid(values: Sequence[int]) -> int | None:
+    """The step of the grid the sorted ``values`` lie on, if it has at most
+    :data:`MAX_CELLS` cells between them."""
+    step = math.gcd(*(value - values[0] for value in values)) or 1
+    return step if (values[-1] - values[0]) // step < MAX_CELLS else None
+
+
+def _per_topic(values: Mapping[str, int]) -> Column:
+    """The value of the record's topic (the topics are few)."""
+    column = F.lit(None).cast("long")
+    for topic, value in values.items():
+        column = F.when(F.col(TOPIC) == topic, F.lit(value)).otherwise(column)
+    return column
+
+
+def _by_grid(
+    records: DataFrame, levels: Mapping[str, Sequence[int]], grids: Mapping[str, int]
+) -> DataFrame:
+    """Records with ``_threshold``: the highest grid point at or below their event time
+    (capped at the topic's highest threshold); records below the lowest are left out."""
+    low = _per_topic({topic: values[0] for topic, values in levels.items()})
+    step = _per_topic(grids)
+    cells = _per_topic({t: (v[-1] - v[0]) // grids[t] for t, v in levels.items()})
+    above = F.col(EVENT_TIME) - low
+    cell = F.least((above - F.pmod(above, step)) / step, cells).cast("long")  # exact
+    return records.where(F.col(EVENT_TIME) >= low).select(
+        TOPIC, PARTITION, OFFSET, EVENT_TIME, (low + cell * step).alias(_THRESHOLD)
+    )
+
+
+def _by_bucket_join(records: DataFrame, levels: Mapping[str, Sequence[int]]) -> DataFrame:
+    """Records with ``_threshold``: the highest threshold at or below their event time;
+    records below the lowest are left out."""
+    spark = records.sparkSession
+    if not levels:
+        return records.where(F.lit(False)).select(
+            TOPIC, PARTITION, OFFSET, EVENT_TIME, F.lit(None).cast("long").alias(_THRESHOLD)
+        )
+    low = min(values[0] for values in levels.values())
+    high = max(values[-1] for values in levels.values())
+    width = -(-(high - low + 1) // MAX_CELLS)
+    last_cell = (high - low) // width
+    rows = []
+    for topic, values in levels.items():
+        for lo, hi in zip(values, [*values[1:], None], strict=True):
+            to = last_cell if hi is None else (hi - 1 - low) // width
+            rows += [(topic, cell, lo, hi) for cell in range((lo - low) // width, to + 1)]
+    buckets = spark.createDataFrame(rows, "_b_topic string, _b_cell long, _lo long, _hi long")
+    cell = F.least(F.expr(f"({EVENT_TIME} - {low}) div {width}"), F.lit(last_cell))
+    located = records.where(F.col(EVENT_TIME) >= low).select(
+        TOPIC, PARTITION, OFFSET, EVENT_TIME, cell.alias("_cell")
+    )
+    in_bucket = (
+        (F.col(TOPIC) == F.col("_b_topic"))
+        & (F.col("_cell") == F.col("_b_cell"))
+        & (F.col(EVENT_TIME) >= F.col("_lo"))
+        & (F.col("_hi").isNull() | (F.col(EVENT_TIME) < F.col("_hi")))
+    )
+    return located.join(F.broadcast(buckets), in_bucket).select(
+        TOPIC, PARTITION, OFFSET, EVENT_TIME, F.col("_lo").alias(_THRESHOLD)
+    )
+
+
+def _bound(topic: str, strategy: WatermarkStrategy, bounds: Mapping[str, int]) -> int:
+    return bounds.get(topic, strategy.out_of_orderness_ms)
+
+
+def watermark_reaches(
+    records: DataFrame,
+    partitions: DataFrame,
+    targets: Sequence[int],
+    strategy: WatermarkStrategy,
+    delay_ms: int,
+    bounds: Mapping[str, int],
+) -> DataFrame:
+    """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
+    and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
+    the archive ends. Kept (one row per target)."""
+    topics = [row[TOPIC] for row in partitions.select(TOPIC).distinct().collect()]
+    thresholds = {
+        topic: [x + _bound(topic, strategy, bounds) + 1 for x in targets] for topic in topics
+    }
+    bound = out_of_orderness(strategy, bounds)
+    first = first_records(records, partitions, thresholds)
+    per_partition = first.select(
+        (F.col(_THRESHOLD) - bound - 1).alias(TARGET),
+        (F.col(_FIRST)[EVENT_TIME] + delay_ms).alias("_read_at"),
+    )
+    if strategy.combine == "max":  # the first partition to reach it decides
+        reached = per_partition.groupBy(TARGET).agg(F.min("_read_at").alias("_read_at"))
+    else:  # every partition must have reached it; the last one decides
+        reached = (
+            per_partition.groupBy(TARGET)
+            .agg(F.count("_read_at").alias("_reached"), F.max("_read_at").alias("_read_at"))
+            .where(F.col("_reached") == partitions.count())
+        )
+    tick = next_tick(F.col("_read_at"), strategy.interval_ms)
+    reaches = reached.where(F.col("_read_at").isNotNull()).select(
+        TARGET, tick_position(tick).alias(POSITION)
+    )
+    reaches = reaches.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    reaches.count()
+    return reaches
+
+
+def drop_offsets(
+    records: DataFrame, partitions: DataFrame, reaches: DataFrame, delay_ms: int
+) -> DataFrame:
+    """Per (topic, partition, ``_target``) reached: ``_drop_from``, the partition's first
+    offset read after the target's tick ``T`` (first with ``et >= T - D2 + 1``; null: none),
+    and the tick as ``_fire_pos``. One row per partition and target: broadcast, kept."""
+    firsts = reaches.select(F.col(POSITION)["time"].alias("_tick")).distinct().collect()
+    topics = [row[TOPIC] for row in partitions.select(TOPIC).distinct().collect()]
+    after = [row["_tick"] - delay_ms + 1 for row in firsts]
+    first = first_records(records, partitions, {topic: after for topic in topics})
+    ticks = reaches.select(
+        TARGET,
+        (F.col(POSITION)["time"] - delay_ms + 1).alias(_THRESHOLD),
+        F.col(POSITION).alias(FIRE_POSITION),
+    )
+    table = first.join(F.broadcast(ticks), _THRESHOLD).select(
+        TOPIC, PARTITION, TARGET, F.col(_FIRST)[OFFSET].alias(_DROP_FROM), FIRE_POSITION
+    )
+    table = table.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    table.count()
+    return table
+
+
+def classify(windowed: DataFrame, drops: DataFrame, trigger: Trigger) -> DataFrame:
+    """``_status`` and ``_fire_pos`` per (record, window), as
+    :func:`window_operator.classify` for an event-time trigger without lateness: DROPPED at
+    or after the partition's first offset read after the window's tick, else ON_TIME where
+    the watermark reaches ``maxTs`` before the archive ends, PENDING where not."""
+    table = drops.withColumnRenamed(TARGET, "_max_ts")
+    joined = windowed.withColumn("_max_ts", max_timestamp()).join(
+        F.broadcast(table), [TOPIC, PARTITION, "_max_ts"], "left"
+    )
+    closed = F.coalesce(F.col(OFFSET) >= F.col(_DROP_FROM), F.lit(False))
+    waiting = F.when(F.col(FIRE_POSITION).isNull(), PENDING).otherwise(ON_TIME)
+    status = on_element(trigger, closed, False, waiting)
+    return joined.withColumn(STATUS, status).drop("_max_ts", _DROP_FROM)

@@ -1,0 +1,70 @@
+"""The path that never sorts the records by offset (:mod:`feast_stream_backfill.first_offsets`),
+hand-computed; ``tests/test_differential.py`` checks it against the simulator on random
+archives, and with the sorted path forced."""
+
+import pytest
+
+from feast_stream_backfill import first_offsets
+from feast_stream_backfill.backfill import sorts_nothing
+from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from tests.reference_simulator import Job, Record
+from tests.test_differential import spark_backfill_with_stats, stream_job
+
+
+@pytest.mark.parametrize("cells", [first_offsets.MAX_CELLS, 1, 3])
+def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
+    # p0 in offset order: et 100, 50, 300, 120; p1: 130, then 40 at offset 5. The first record
+    # with et >= 120 in p0 is offset 2 (et 300): offset 3 has et 120 but comes later. With
+    # one or three coarse cells, buckets share cells and a record picks its own by et.
+    monkeypatch.setattr(first_offsets, "MAX_CELLS", cells)
+    rows = [(0, 0, 100), (0, 1, 50), (0, 2, 300), (0, 3, 120), (1, 0, 130), (1, 5, 40)]
+    records = spark.createDataFrame(
+        [("t", *row) for row in rows],
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
+    )
+    partitions = records.select(TOPIC, PARTITION).distinct()
+    found = first_offsets.first_records(records, partitions, {"t": [60, 120, 121, 301, 40]})
+    actual = {
+        (r[PARTITION], r["_threshold"]): None if r["_first"] is None else tuple(r["_first"])
+        for r in found.collect()
+    }
+    assert actual == {
+        (0, 40): (0, 100),
+        (0, 60): (0, 100),
+        (0, 120): (2, 300),
+        (0, 121): (2, 300),
+        (0, 301): None,
+        (1, 40): (0, 130),
+        (1, 60): (0, 130),
+        (1, 120): (0, 130),
+        (1, 121): (0, 130),
+        (1, 301): None,
+    }
+
+
+def test_a_record_read_after_the_windows_tick_is_dropped(spark):
+    # D2 = 10, B = 0, ticks every 50 ms, one partition, windows of 100 ms. Read at
+    # D2 + the highest et so far: o0 et 50 at 60, o1 et 120 at 130, o2 et 60 at 130,
+    # o3 et 145 at 155, o4 et 70 at 155. [0, 100) needs et >= 100: o1, read at 130, so the
+    # tick at 150 fires it (a: 1 + 4). o4 is read at 155, after that tick: it is at or after
+    # the first offset with et >= 150 - 10 + 1 = 141 (o3): dropped. [100, 200) never fires.
+    records = [
+        Record("t1", 0, offset, et, key, value)
+        for offset, et, key, value in [
+            (0, 50, "a", 1.0),
+            (1, 120, "b", 2.0),
+            (2, 60, "a", 4.0),
+            (3, 145, "b", 8.0),
+            (4, 70, "a", 16.0),
+        ]
+    ]
+    job = Job(size=100, interval=50, min_delay=10)
+    assert sorts_nothing(stream_job(spark, records, job))
+    emissions, dropped, stats = spark_backfill_with_stats(spark, records, job)
+    assert [e[:8] for e in emissions] == [("a", 0, 100, 150, 0, "on_time", 2, 5.0)]
+    assert dropped == {("a", 0): 1}
+    assert (stats["records_on_time"], stats["records_dropped"], stats["records_pending"]) == (
+        2,
+        1,
+        2,
+    )
