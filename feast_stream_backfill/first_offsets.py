@@ -12,9 +12,8 @@ records, only *first offsets*:
   highest event time up to it is ``> T - D2``: iff its offset is at or after the partition's
   first offset with ``et >= T - D2 + 1``.
 
-First offsets per threshold are hash aggregates: a record goes to the bucket of the highest
-threshold at or below its event time (a broadcast join on a coarse cell of event time, a few
-candidate buckets per cell), the lowest offset per (partition, bucket), and a suffix minimum
+First offsets per threshold are hash aggregates (:func:`first_records`): the lowest offset
+per (partition, bucket of event time between consecutive thresholds), then a suffix minimum
 over a partition's buckets, a few rows per window. Archived copies of a record share its offset
 and event time, so they change no first offset; only the windows' counts must see each record
 once (:func:`distinct_records`).
@@ -58,8 +57,9 @@ _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_
 
 def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept, and
-    the counts ``records_read`` and ``duplicates_removed``. ``observed``: the records, with
-    the value checks observed on this, their only full pass before the checks are verified."""
+    the counts ``records_read`` and ``duplicates_removed``. ``observed``: the records with
+    their value checks observed (this is the pass that reads every record before the checks
+    are verified)."""
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     words = (
         observed.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(_WORD))
@@ -276,9 +276,9 @@ def drop_offsets(
     """Per (topic, partition, ``_target``) reached: ``_drop_from``, the partition's first
     offset read after the target's tick ``T`` (first with ``et >= T - D2 + 1``; null: none),
     and the tick as ``_fire_pos``. One row per partition and target: broadcast, kept."""
-    firsts = reaches.select(F.col(POSITION)["time"].alias("_tick")).distinct().collect()
+    times = reaches.select(F.col(POSITION)["time"]).distinct().collect()
+    after = [time - delay_ms + 1 for (time,) in times]
     topics = [row[TOPIC] for row in partitions.select(TOPIC).distinct().collect()]
-    after = [row["_tick"] - delay_ms + 1 for row in firsts]
     first = first_records(records, partitions, {topic: after for topic in topics})
     ticks = reaches.select(
         TARGET,
