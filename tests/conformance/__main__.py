@@ -120,12 +120,14 @@ def main() -> int:
 
 def unsorted(job: Job) -> Job:
     """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
-    time, the default trigger without lateness, periodic watermarks, D1 = 0, no idleness."""
+    time, the default trigger without lateness, periodic watermarks (every 200 ms where the
+    job has none), D1 = 0, no idleness."""
     return replace(
         job,
         domain="event",
         trigger="default",
         emission="periodic",
+        interval=job.interval or 200,
         lateness=0,
         min_gap=0,
         idleness=0,
