@@ -63,13 +63,13 @@ def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     words = (
         observed.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(_WORD))
-        .agg(F.bit_or(bit).alias("_bits"), F.count(F.lit(1)).alias("_n"))
-        .withColumn("_copies", F.col("_n") > F.bit_count("_bits"))
+        .agg(F.bit_or(bit).alias("_offset_bits"), F.count(F.lit(1)).alias("_word_records"))
+        .withColumn("_copies", F.col("_word_records") > F.bit_count("_offset_bits"))
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     totals = words.agg(
-        F.coalesce(F.sum("_n"), F.lit(0)).alias("records_read"),
-        F.coalesce(F.sum(F.bit_count("_bits")), F.lit(0)).alias("distinct"),
+        F.coalesce(F.sum("_word_records"), F.lit(0)).alias("records_read"),
+        F.coalesce(F.sum(F.bit_count("_offset_bits")), F.lit(0)).alias("distinct"),
     ).first()
     read = totals["records_read"]
     return words, {"records_read": read, "duplicates_removed": read - totals["distinct"]}
@@ -215,11 +215,11 @@ def _by_bucket_join(records: DataFrame, levels: Mapping[str, Sequence[int]]) -> 
     buckets = spark.createDataFrame(rows, "_b_topic string, _b_cell long, _lo long, _hi long")
     cell = F.least(F.expr(f"({EVENT_TIME} - {low}) div {width}"), F.lit(last_cell))
     located = records.where(F.col(EVENT_TIME) >= low).select(
-        TOPIC, PARTITION, OFFSET, EVENT_TIME, cell.alias("_cell")
+        TOPIC, PARTITION, OFFSET, EVENT_TIME, cell.alias("_et_cell")
     )
     in_bucket = (
         (F.col(TOPIC) == F.col("_b_topic"))
-        & (F.col("_cell") == F.col("_b_cell"))
+        & (F.col("_et_cell") == F.col("_b_cell"))
         & (F.col(EVENT_TIME) >= F.col("_lo"))
         & (F.col("_hi").isNull() | (F.col(EVENT_TIME) < F.col("_hi")))
     )
@@ -258,8 +258,11 @@ def watermark_reaches(
     else:  # every partition must have reached it; the last one decides
         reached = (
             per_partition.groupBy(TARGET)
-            .agg(F.count("_read_at").alias("_reached"), F.max("_read_at").alias("_read_at"))
-            .where(F.col("_reached") == partitions.count())
+            .agg(
+                F.count("_read_at").alias("_reaching"),
+                F.max("_read_at").alias("_read_at"),
+            )
+            .where(F.col("_reaching") == partitions.count())
         )
     tick = next_tick(F.col("_read_at"), strategy.interval_ms)
     reaches = reached.where(F.col("_read_at").isNotNull()).select(
@@ -298,11 +301,11 @@ def classify(windowed: DataFrame, drops: DataFrame, trigger: Trigger) -> DataFra
     :func:`window_operator.classify` for an event-time trigger without lateness: DROPPED at
     or after the partition's first offset read after the window's tick, else ON_TIME where
     the watermark reaches ``maxTs`` before the archive ends, PENDING where not."""
-    table = drops.withColumnRenamed(TARGET, "_max_ts")
-    joined = windowed.withColumn("_max_ts", max_timestamp()).join(
-        F.broadcast(table), [TOPIC, PARTITION, "_max_ts"], "left"
+    table = drops.withColumnRenamed(TARGET, "_window_max_ts")
+    joined = windowed.withColumn("_window_max_ts", max_timestamp()).join(
+        F.broadcast(table), [TOPIC, PARTITION, "_window_max_ts"], "left"
     )
     closed = F.coalesce(F.col(OFFSET) >= F.col(_DROP_FROM), F.lit(False))
     waiting = F.when(F.col(FIRE_POSITION).isNull(), PENDING).otherwise(ON_TIME)
     status = on_element(trigger, closed, False, waiting)
-    return joined.withColumn(STATUS, status).drop("_max_ts", _DROP_FROM)
+    return joined.withColumn(STATUS, status).drop("_window_max_ts", _DROP_FROM)

@@ -9,6 +9,7 @@ must be the real ones) and its emission log and dropped records with Delta's.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -104,9 +105,24 @@ def test_every_layout_gives_the_delta_emission_log(spark, written):
     assert len(emissions) > 100 and dropped, "a log with emissions and late records dropped"
     for layout, topic in list(written.items())[1:]:
         found_emissions, found_dropped, duplicates = log(topic)
-        assert (found_emissions, found_dropped) == (emissions, dropped), layout
+        assert found_dropped == dropped, layout
+        assert _within_rounding(found_emissions, emissions), layout
         if layout.startswith("sink-"):
             assert duplicates > 0, f"{layout}: restart files repeat offsets"
+
+
+def _within_rounding(found: list[tuple], expected: list[tuple]) -> bool:
+    """Equal rows, floats within 1e-12 relative: a sum of fractional doubles depends on the
+    order Spark adds them in, which follows the files' layout (README: "Sums of fractional
+    doubles")."""
+    return len(found) == len(expected) and all(
+        len(f) == len(e)
+        and all(
+            math.isclose(a, b, rel_tol=1e-12) if isinstance(a, float) else a == b
+            for a, b in zip(f, e, strict=True)
+        )
+        for f, e in zip(found, expected, strict=True)
+    )
 
 
 def test_a_restart_file_with_other_content_is_refused(spark, written, tmp_path):
