@@ -293,7 +293,7 @@ def _classified_by_offsets(
     except BadArchiveError:
         words.unpersist()
         raise
-    partitions = words.select(TOPIC, PARTITION).distinct()
+    partitions = [tuple(row) for row in words.select(TOPIC, PARTITION).distinct().collect()]
     delay = job.processing_time.min_delay_ms
     with stage("watermark"):
         # copies share their record's windows: the targets need no deduplication

@@ -38,14 +38,15 @@ from feast_stream_backfill.columns import (
     OFFSET,
     PARTITION,
     POSITION,
+    PROCESSING_TIME,
     STATUS,
     TARGET,
     TOPIC,
 )
 from feast_stream_backfill.errors import conflicting_copies
-from feast_stream_backfill.processing_order import next_tick, tick_position
+from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.triggers import ON_TIME, PENDING, Trigger, on_element
-from feast_stream_backfill.watermarks import WatermarkStrategy, out_of_orderness
+from feast_stream_backfill.watermarks import REACHED, WatermarkStrategy, combined
 from feast_stream_backfill.windows import max_timestamp
 
 #: Coarse cells of event time per bucket table: a broadcast of at most this many rows (plus one
@@ -111,7 +112,9 @@ def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, l
 
 
 def first_records(
-    records: DataFrame, partitions: DataFrame, thresholds: Mapping[str, Sequence[int]]
+    records: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    thresholds: Mapping[str, Sequence[int]],
 ) -> DataFrame:
     """For each (topic, partition) of ``partitions`` and each of its topic's ``thresholds``
     (``_threshold``): ``_first``, the struct (offset, event time) of the partition's first
@@ -126,8 +129,12 @@ def first_records(
     spark = records.sparkSession
     levels = {topic: sorted(set(values)) for topic, values in thresholds.items() if values}
     wanted = spark.createDataFrame(
-        [(topic, value) for topic, values in levels.items() for value in values],
-        f"{TOPIC} string, {_THRESHOLD} long",
+        [
+            (topic, partition, value)
+            for topic, partition in partitions
+            for value in levels.get(topic, ())
+        ],
+        f"{TOPIC} string, {PARTITION} int, {_THRESHOLD} long",
     )
     grids = {topic: _grid(values) for topic, values in levels.items()}
     if levels and all(grids.values()):
@@ -144,7 +151,7 @@ def first_records(
         F.struct(OFFSET, EVENT_TIME).alias(_FIRST),
         F.lit(False).alias("_wanted"),
     ).unionByName(
-        partitions.join(F.broadcast(wanted), TOPIC).select(
+        wanted.select(
             TOPIC,
             PARTITION,
             _THRESHOLD,
@@ -228,13 +235,9 @@ def _by_bucket_join(records: DataFrame, levels: Mapping[str, Sequence[int]]) -> 
     )
 
 
-def _bound(topic: str, strategy: WatermarkStrategy, bounds: Mapping[str, int]) -> int:
-    return bounds.get(topic, strategy.out_of_orderness_ms)
-
-
 def watermark_reaches(
     records: DataFrame,
-    partitions: DataFrame,
+    partitions: Sequence[tuple[str, int]],
     targets: Sequence[int],
     strategy: WatermarkStrategy,
     delay_ms: int,
@@ -242,47 +245,35 @@ def watermark_reaches(
 ) -> DataFrame:
     """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
     and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
-    the archive ends. Kept (one row per target)."""
-    topics = [row[TOPIC] for row in partitions.select(TOPIC).distinct().collect()]
-    thresholds = {
-        topic: [x + _bound(topic, strategy, bounds) + 1 for x in targets] for topic in topics
-    }
-    bound = out_of_orderness(strategy, bounds)
-    first = first_records(records, partitions, thresholds)
+    the archive ends. A partition reaches ``x`` at the first record with ``et >= x + B + 1``,
+    read at ``D2 + et``. Kept (one row per target)."""
+    bound = {topic: bounds.get(topic, strategy.out_of_orderness_ms) for topic, _ in partitions}
+    thresholds = {topic: [x + b + 1 for x in targets] for topic, b in bound.items()}
+    first = first_records(records, partitions, thresholds).select(
+        TOPIC,
+        PARTITION,
+        (F.col(_THRESHOLD) - _per_topic(bound) - 1).alias(TARGET),
+        (F.col(_FIRST)[EVENT_TIME] + delay_ms).alias(PROCESSING_TIME),
+        F.col(_FIRST)[OFFSET].alias(OFFSET),
+    )
     per_partition = first.select(
-        (F.col(_THRESHOLD) - bound - 1).alias(TARGET),
-        (F.col(_FIRST)[EVENT_TIME] + delay_ms).alias("_read_at"),
+        TARGET, F.when(F.col(OFFSET).isNotNull(), record_position()).alias(REACHED)
     )
-    if strategy.combine == "max":  # the first partition to reach it decides
-        reached = per_partition.groupBy(TARGET).agg(F.min("_read_at").alias("_read_at"))
-    else:  # every partition must have reached it; the last one decides
-        reached = (
-            per_partition.groupBy(TARGET)
-            .agg(
-                F.count("_read_at").alias("_reaching"),
-                F.max("_read_at").alias("_read_at"),
-            )
-            .where(F.col("_reaching") == partitions.count())
-        )
-    tick = next_tick(F.col("_read_at"), strategy.interval_ms)
-    reaches = reached.where(F.col("_read_at").isNotNull()).select(
-        TARGET, tick_position(tick).alias(POSITION)
-    )
+    reaches = combined(per_partition, strategy, len(partitions))
     reaches = reaches.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     reaches.count()
     return reaches
 
 
 def drop_offsets(
-    records: DataFrame, partitions: DataFrame, reaches: DataFrame, delay_ms: int
+    records: DataFrame, partitions: Sequence[tuple[str, int]], reaches: DataFrame, delay_ms: int
 ) -> DataFrame:
     """Per (topic, partition, ``_target``) reached: ``_drop_from``, the partition's first
     offset read after the target's tick ``T`` (first with ``et >= T - D2 + 1``; null: none),
     and the tick as ``_fire_pos``. One row per partition and target: broadcast, kept."""
     times = reaches.select(F.col(POSITION)["time"]).distinct().collect()
     after = [time - delay_ms + 1 for (time,) in times]
-    topics = [row[TOPIC] for row in partitions.select(TOPIC).distinct().collect()]
-    first = first_records(records, partitions, {topic: after for topic in topics})
+    first = first_records(records, partitions, {topic: after for topic, _ in partitions})
     ticks = reaches.select(
         TARGET,
         (F.col(POSITION)["time"] - delay_ms + 1).alias(_THRESHOLD),

@@ -56,7 +56,7 @@ from feast_stream_backfill.processing_order import (
 )
 from feast_stream_backfill.watermark_replay import REACH, replay
 
-_REACHED = "_reached"
+REACHED = "_reached"
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _rises(records: DataFrame) -> DataFrame:
     )
 
 
-def out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
+def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
     """The bound B of the record's topic: its own (``bounds``) or the strategy's."""
     bound: Column = F.lit(strategy.out_of_orderness_ms)
     for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
@@ -149,7 +149,7 @@ def watermark_reaches(
     )
     partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
-    threshold = F.col(TARGET) + out_of_orderness(strategy, bounds) + 1
+    threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
     sweep = rising.select(
         TOPIC,
         PARTITION,
@@ -172,12 +172,12 @@ def watermark_reaches(
     # positions is the first record (in processing order) whose event time reaches it.
     descending = Window.partitionBy(TOPIC, PARTITION).orderBy(F.desc("_sweep_value"), "_sweep_kind")
     per_partition = sweep.withColumn(
-        _REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
+        REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
     ).where(F.col("_sweep_kind") == 1)
     if strategy.detects_idleness:
         reached = _reaches_with_idleness(records, per_partition, partitions, strategy)
     else:
-        reached = _combined(per_partition, strategy, n_partitions)
+        reached = combined(per_partition, strategy, n_partitions)
     reached = reached.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     reached.count()
     rising.unpersist()
@@ -208,7 +208,7 @@ def _first_rises(
         levels = [0]
     first, last = levels[0], levels[-1]
     step = math.gcd(*(level - first for level in levels)) or 1
-    above_first = F.col(EVENT_TIME) - out_of_orderness(strategy, bounds) - 1 - first
+    above_first = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1 - first
     cells = ((above_first - F.pmod(above_first, F.lit(step))) / step).cast("long")  # exact
     cell = F.least(F.greatest(cells, F.lit(-1)), F.lit((last - first) // step))
     first_in_cell = (
@@ -223,20 +223,19 @@ def _first_rises(
     return first_in_cell.select(TOPIC, PARTITION, EVENT_TIME, record_position().alias(POSITION))
 
 
-def _combined(
-    per_partition: DataFrame, strategy: WatermarkStrategy, n_partitions: int
-) -> DataFrame:
-    """Where the combined watermark reaches each target, from where each partition's does."""
+def combined(per_partition: DataFrame, strategy: WatermarkStrategy, n_partitions: int) -> DataFrame:
+    """Where the combined watermark reaches each target (``_target``, ``_pos``), from where
+    each partition's does (``_target``, ``_reached``: a position, null where never)."""
     if strategy.combine == "max":  # the first partition to reach it decides
-        reached = per_partition.groupBy(TARGET).agg(F.min(_REACHED).alias(_REACHED))
+        reached = per_partition.groupBy(TARGET).agg(F.min(REACHED).alias(REACHED))
     else:  # every partition must have reached it; the last one decides
         reached = (
             per_partition.groupBy(TARGET)
-            .agg(F.count(_REACHED).alias("_partitions"), F.max(_REACHED).alias(_REACHED))
+            .agg(F.count(REACHED).alias("_partitions"), F.max(REACHED).alias(REACHED))
             .where(F.col("_partitions") == n_partitions)
         )
-    reached = reached.where(F.col(_REACHED).isNotNull())
-    return reached.select(TARGET, strategy.emitted_at(F.col(_REACHED)).alias(POSITION))
+    reached = reached.where(F.col(REACHED).isNotNull())
+    return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))
 
 
 def _reaches_with_idleness(
@@ -250,7 +249,7 @@ def _reaches_with_idleness(
     idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms)
     # A partition reaching a target has reached every smaller one: the reached targets are the
     # levels. Kept, as both the events and the levels read them.
-    kept = per_partition.where(F.col(_REACHED).isNotNull()).persist()
+    kept = per_partition.where(F.col(REACHED).isNotNull()).persist()
     levels = (
         kept.select(TARGET)
         .distinct()
@@ -261,7 +260,7 @@ def _reaches_with_idleness(
     events = reached.select(
         TOPIC,
         PARTITION,
-        F.col(_REACHED).alias(EVENT_AT),
+        F.col(REACHED).alias(EVENT_AT),
         F.lit(REACH).alias(EVENT_KIND),
         F.col("_level").alias(EVENT_VALUE),
     ).unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), F.col(IDLE_UNTIL)))
@@ -288,7 +287,7 @@ def watermark_timeline(
     the watermark from there on. At most one row per tick in periodic mode (one per record
     that raises it, on-event)."""
     interval = strategy.interval_ms
-    value = F.col(EVENT_TIME) - out_of_orderness(strategy, bounds) - 1
+    value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
     if strategy.emission == "on_event":
         at = F.col(POSITION)
     else:

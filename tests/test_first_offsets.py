@@ -22,8 +22,8 @@ def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    partitions = records.select(TOPIC, PARTITION).distinct()
-    found = first_offsets.first_records(records, partitions, {"t": [60, 120, 121, 301, 40]})
+    thresholds = {"t": [60, 120, 121, 301, 40]}
+    found = first_offsets.first_records(records, [("t", 0), ("t", 1)], thresholds)
     actual = {
         (r[PARTITION], r["_threshold"]): None if r["_first"] is None else tuple(r["_first"])
         for r in found.collect()
