@@ -54,18 +54,42 @@ from feast_stream_backfill.windows import max_timestamp
 MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
+_COPY_BITS = "_copy_bits"
 
 
 def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept, and
     the counts ``records_read`` and ``duplicates_removed``. ``observed``: the records with
     their value checks observed (this is the pass that reads every record before the checks
-    are verified)."""
+    are verified).
+
+    A word's ``_copy_bits`` are the offsets archived more than once. An offset held twice
+    leaves its bit set in the OR and clear in the XOR (set in OR ^ XOR); when that accounts
+    for every extra record, those are exactly the copied offsets. Otherwise (three copies of
+    one offset) every offset of the word counts as copied (-1)."""
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     words = (
         observed.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(_WORD))
-        .agg(F.bit_or(bit).alias("_offset_bits"), F.count(F.lit(1)).alias("_word_records"))
-        .withColumn("_copies", F.col("_word_records") > F.bit_count("_offset_bits"))
+        .agg(
+            F.bit_or(bit).alias("_offset_bits"),
+            F.bit_xor(bit).alias("_odd_bits"),
+            F.count(F.lit(1)).alias("_word_records"),
+        )
+        .withColumn("_twice", F.col("_offset_bits").bitwiseXOR(F.col("_odd_bits")))
+        .select(
+            TOPIC,
+            PARTITION,
+            _WORD,
+            "_offset_bits",
+            "_word_records",
+            F.when(F.col("_word_records") == F.bit_count("_offset_bits"), F.lit(0))
+            .when(
+                F.col("_word_records") - F.bit_count("_offset_bits") == F.bit_count("_twice"),
+                F.col("_twice"),
+            )
+            .otherwise(F.lit(-1))
+            .alias(_COPY_BITS),
+        )
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     totals = words.agg(
@@ -77,23 +101,26 @@ def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
 
 
 def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
-    """Each record once, and what is kept for it: only the records of the words holding more
-    records than offsets (:func:`offset_words`) are grouped by offset. Copies whose event
-    time or payload differ are refused, naming one."""
-    if not words.where("_copies").take(1):
+    """Each record once, and what is kept for it: only the records at copied offsets
+    (:func:`offset_words`) are grouped by offset. Copies whose event time or payload differ
+    are refused, naming one."""
+    copied = words.where(F.col(_COPY_BITS) != 0)
+    if not copied.take(1):
         return records, []
-    # One long per word: a colliding word only sends its records to the grouping as well.
-    key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
-    with_copies = words.where("_copies").select(
-        F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"), "_copies"
+    # One long per word; words colliding on it share their copied bits, so that a record at a
+    # copied offset always goes to the grouping (others going there too is harmless).
+    with_copies = copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key")).agg(
+        F.bit_or(_COPY_BITS).alias(_COPY_BITS)
     )
-    marked = records.select("*", key).join(F.broadcast(with_copies.distinct()), "_key", "left")
-    single = marked.where(F.col("_copies").isNull()).select(*records.columns)
+    key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
+    marked = records.select("*", key).join(F.broadcast(with_copies), "_key", "left")
+    is_copied = F.coalesce(F.expr(f"({_COPY_BITS} >> int({OFFSET} & 63)) & 1 = 1"), F.lit(False))
+    single = marked.where(~is_copied).select(*records.columns)
     payload = [c for c in records.columns if not c.startswith("_")]
     version = F.xxhash64(EVENT_TIME, *payload)
     same_offset = Window.partitionBy(TOPIC, PARTITION, OFFSET)
     copies = (
-        marked.where(F.col("_copies"))
+        marked.where(is_copied)
         .select(
             *records.columns,
             (F.min(version).over(same_offset) != F.max(version).over(same_offset)).alias("_differ"),

@@ -68,3 +68,22 @@ def test_a_record_read_after_the_windows_tick_is_dropped(spark):
         1,
         2,
     )
+
+
+def test_copied_offsets_are_found_per_word(spark):
+    # Word 0 of p0: offsets 0, 1, 1, 2 (offset 1 archived twice): copy bits 0b10.
+    # Word 1 of p0: offsets 64, 65, 65, 65 (three copies of 65): OR ^ XOR cannot tell which
+    # offsets, so all of the word's go to the grouping (-1). p1 has no copies (0).
+    rows = [(0, o, 10 * o) for o in (0, 1, 1, 2, 64, 65, 65, 65)] + [(1, 0, 5), (1, 1, 6)]
+    records = spark.createDataFrame(
+        [("t", *row) for row in rows],
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
+    )
+    words, counts = first_offsets.offset_words(records)
+    bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
+    assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
+    assert counts == {"records_read": 10, "duplicates_removed": 3}
+    distinct, kept = first_offsets.distinct_records(records, words)
+    assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
+    for cached in [words, *kept]:
+        cached.unpersist()
