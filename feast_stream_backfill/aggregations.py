@@ -70,9 +70,15 @@ def _sum_type(column_type: DataType) -> DataType:
     return DoubleType() if isinstance(column_type, (DoubleType, FloatType)) else LongType()
 
 
+def _mean_of_partials(partials: list[Column]) -> Column:
+    total, count = partials
+    return F.try_divide(F.sum(total), F.sum(count))  # no values: null, as avg
+
+
 @dataclass(frozen=True)
 class Function:
-    """One aggregate function, stated for Spark and as an accumulator."""
+    """One aggregate function, stated for Spark, for Spark in two steps (partial aggregates of
+    parts of a window, merged: for panes), and as an accumulator."""
 
     spark: Callable[[Column, Over], Column]
     result_type: Callable[[DataType], DataType]
@@ -80,11 +86,20 @@ class Function:
     add: Callable[[Any, Any], Any]  # (accumulator, a non-null value) -> accumulator
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
+    partials: Callable[[Column], list[Column]]
+    merge_partials: Callable[[list[Column]], Column]
 
 
 FUNCTION: dict[str, Function] = {
     "sum": Function(
-        lambda c, over: _over(F.sum(c), over), _sum_type, None, _plus, _plus, lambda a: a
+        lambda c, over: _over(F.sum(c), over),
+        _sum_type,
+        None,
+        _plus,
+        _plus,
+        lambda a: a,
+        lambda c: [F.sum(c)],
+        lambda p: F.sum(p[0]),
     ),
     "count": Function(
         lambda c, over: _over(F.count(c), over),
@@ -93,6 +108,8 @@ FUNCTION: dict[str, Function] = {
         lambda a, _: a + 1,
         lambda a, b: a + b,
         lambda a: a,
+        lambda c: [F.count(c)],
+        lambda p: F.sum(p[0]),
     ),
     "mean": Function(
         lambda c, over: _over(F.avg(c), over),
@@ -101,8 +118,19 @@ FUNCTION: dict[str, Function] = {
         lambda a, v: (a[0] + 1, a[1] + v),
         lambda a, b: (a[0] + b[0], a[1] + b[1]),
         lambda a: a[1] / a[0] if a[0] else None,
+        lambda c: [F.sum(c.cast("double")), F.count(c)],  # avg's own sum and count
+        _mean_of_partials,
     ),
-    "min": Function(_spark_min, _same, None, _extreme(min), _extreme(min), lambda a: a),
+    "min": Function(
+        _spark_min,
+        _same,
+        None,
+        _extreme(min),
+        _extreme(min),
+        lambda a: a,
+        lambda c: [_spark_min(c, None)],
+        lambda p: _spark_min(p[0], None),
+    ),
     "max": Function(
         lambda c, over: _over(F.max(c), over),
         _same,
@@ -110,6 +138,8 @@ FUNCTION: dict[str, Function] = {
         _extreme(max),
         _extreme(max),
         lambda a: a,
+        lambda c: [F.max(c)],
+        lambda p: F.max(p[0]),
     ),
 }
 FUNCTIONS = tuple(FUNCTION)
@@ -137,6 +167,17 @@ class Aggregation:
         """The aggregate, in ``groupBy().agg`` or, with ``over``, as a running window; of
         ``values`` in place of the column where given."""
         return self.rules.spark(F.col(self.column) if values is None else values, over)
+
+    def partials(self, values: Column) -> list[Column]:
+        """Partial aggregates of ``values`` over a part of a window, for :meth:`merged`."""
+        parts = self.rules.partials(values)
+        return [part.alias(f"{self.name}__part{i}") for i, part in enumerate(parts)]
+
+    def merged(self, only: Column) -> Column:
+        """The feature, from the :meth:`partials` of the window's parts ``only`` holds for."""
+        n = len(self.rules.partials(F.col(self.column)))
+        parts = [F.when(only, F.col(f"{self.name}__part{i}")) for i in range(n)]
+        return self.rules.merge_partials(parts).alias(self.name)
 
     def result_type(self, column_type: DataType) -> DataType:
         """The feature's type for a column of ``column_type`` (Spark's own aggregate's)."""

@@ -274,11 +274,12 @@ def sorts_nothing(job: StreamJob) -> bool:
     )
 
 
-def _classified_by_offsets(
+def _per_status_by_offsets(
     spark: SparkSession, job: StreamJob, bounds: Mapping[str, int]
 ) -> tuple[dict[str, int], DataFrame, DataFrame, DataFrame, list[DataFrame]]:
-    """:func:`sorts_nothing`'s jobs: the counts, the records each once, the classified
-    (record, window) pairs, the watermark's reaches and what is kept for them."""
+    """:func:`sorts_nothing`'s jobs: the counts, the records each once, the per-window
+    aggregate by status (:func:`window_operator.by_status`'s), the watermark's reaches and
+    what is kept for them."""
     records, read = job_records(spark, job)
     observed = records
     for checks in read:  # on the pass that counts the offsets, which reads every record
@@ -296,15 +297,26 @@ def _classified_by_offsets(
     partitions = [tuple(row) for row in words.select(TOPIC, PARTITION).distinct().collect()]
     delay = job.processing_time.min_delay_ms
     with stage("watermark"):
-        # copies share their record's windows: the targets need no deduplication
-        targets = watermark_targets(job.window.assign(records), job.trigger).collect()
+        # copies share their record's windows: the panes need no deduplication
+        panes = first_offsets.pane_windows(records, job.window)
+        targets = watermark_targets(panes, job.trigger).collect()
         reaches = first_offsets.watermark_reaches(
             records, partitions, [row[TARGET] for row in targets], job.watermark, delay, bounds
         )
         drops = first_offsets.drop_offsets(records, partitions, reaches, delay)
     words.unpersist()
-    classified = first_offsets.classify(job.window.assign(distinct), drops, job.trigger)
-    return counts, distinct, classified, reaches, [*kept_copies, reaches, drops]
+    per_status = first_offsets.per_status(
+        distinct,
+        panes,
+        drops,
+        reaches,
+        partitions,
+        job.window,
+        job.trigger,
+        job.keys,
+        job.aggregations,
+    )
+    return counts, distinct, per_status, reaches, [*kept_copies, panes, reaches, drops]
 
 
 def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) -> Backfill:
@@ -321,9 +333,9 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
     event_time = job.window.domain == "event"
-    enriched = reaches = classified = None
+    enriched = reaches = classified = per_status = None
     if sorts_nothing(job) and not always_sort:
-        counts, kept, classified, reaches, cached = _classified_by_offsets(spark, job, bounds)
+        counts, kept, per_status, reaches, cached = _per_status_by_offsets(spark, job, bounds)
     else:
         timed, counts = timed_records(spark, job)
         distinct = distinct_records(timed)
@@ -354,6 +366,7 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
             classified = classify(windowed, job.trigger, reaches)
     if classified is not None:
         per_status = by_status(classified, job.keys, job.aggregations)
+    if per_status is not None:
         per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)
         dropped = dropped_records(per_status, job.keys)

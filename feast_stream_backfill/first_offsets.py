@@ -16,7 +16,8 @@ First offsets per threshold are hash aggregates (:func:`first_records`): the low
 per (partition, bucket of event time between consecutive thresholds), then a suffix minimum
 over a partition's buckets, a few rows per window. Archived copies of a record share its offset
 and event time, so they change no first offset; only the windows' counts must see each record
-once (:func:`distinct_records`).
+once (:func:`distinct_records`). The windows are aggregated a pane at a time
+(:func:`per_status`): a sliding window's records are grouped once, not once per window.
 
 The sorted path (:mod:`processing_time`, :mod:`watermarks`) keeps what needs a record's own
 time: D1 > 0 (ranks), idleness, on-event watermarks, processing-time and session windows, late
@@ -32,6 +33,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
     EVENT_TIME,
     FIRE_POSITION,
@@ -42,12 +44,19 @@ from feast_stream_backfill.columns import (
     STATUS,
     TARGET,
     TOPIC,
+    WINDOW_END,
+    WINDOW_START,
 )
 from feast_stream_backfill.errors import conflicting_copies
 from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.triggers import ON_TIME, PENDING, Trigger, on_element
 from feast_stream_backfill.watermarks import REACHED, WatermarkStrategy, combined
-from feast_stream_backfill.windows import max_timestamp
+from feast_stream_backfill.windows import (
+    SlidingWindows,
+    TumblingWindows,
+    max_timestamp,
+    pane_start,
+)
 
 #: Coarse cells of event time per bucket table: a broadcast of at most this many rows (plus one
 #: per threshold) per topic, however long the archive.
@@ -55,6 +64,8 @@ MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
 _COPY_BITS = "_copy_bits"
+_PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
+_DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
 
 def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
@@ -314,16 +325,113 @@ def drop_offsets(
     return table
 
 
-def classify(windowed: DataFrame, drops: DataFrame, trigger: Trigger) -> DataFrame:
-    """``_status`` and ``_fire_pos`` per (record, window), as
-    :func:`window_operator.classify` for an event-time trigger without lateness: DROPPED at
-    or after the partition's first offset read after the window's tick, else ON_TIME where
-    the watermark reaches ``maxTs`` before the archive ends, PENDING where not."""
-    table = drops.withColumnRenamed(TARGET, "_window_max_ts")
-    joined = windowed.withColumn("_window_max_ts", max_timestamp()).join(
-        F.broadcast(table), [TOPIC, PARTITION, "_window_max_ts"], "left"
+def pane_windows(records: DataFrame, window: TumblingWindows | SlidingWindows) -> DataFrame:
+    """The panes holding a record (``_pane``, their start) and their windows, a row each,
+    numbered ``_window_index`` 1, 2, ... by end. A few rows per window: kept."""
+    panes = records.select(pane_start(window).alias(_PANE)).distinct()
+    windowed = window.assign(panes.withColumn(EVENT_TIME, F.col(_PANE)))
+    by_end = Window.partitionBy(_PANE).orderBy(WINDOW_END)
+    numbered = windowed.select(
+        _PANE, WINDOW_START, WINDOW_END, F.row_number().over(by_end).alias(_INDEX)
+    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    numbered.count()
+    return numbered
+
+
+def _drops_per_pane(
+    panes: DataFrame, drops: DataFrame, partitions: Sequence[tuple[str, int]]
+) -> DataFrame:
+    """Per (topic, partition, pane): ``_drop_froms``, for each of the pane's windows by end,
+    the partition's first offset dropped from it (null: none), and ``_reached_windows``,
+    how many of them the watermark reaches before the archive ends. The watermark reaches
+    and drops windows in the order of their ends, so both are prefixes."""
+    spark = panes.sparkSession
+    pairs = spark.createDataFrame(list(partitions), f"{TOPIC} string, {PARTITION} int")
+    table = drops.select(TOPIC, PARTITION, TARGET, _DROP_FROM, FIRE_POSITION)
+    per_window = (
+        pairs.crossJoin(panes)
+        .withColumn(TARGET, max_timestamp())
+        .join(table, [TOPIC, PARTITION, TARGET], "left")
     )
-    closed = F.coalesce(F.col(OFFSET) >= F.col(_DROP_FROM), F.lit(False))
-    waiting = F.when(F.col(FIRE_POSITION).isNull(), PENDING).otherwise(ON_TIME)
-    status = on_element(trigger, closed, False, waiting)
-    return joined.withColumn(STATUS, status).drop("_window_max_ts", _DROP_FROM)
+    per_pane = per_window.groupBy(TOPIC, PARTITION, _PANE).agg(
+        F.sort_array(F.collect_list(F.struct(_INDEX, _DROP_FROM))).alias("_by_end"),
+        F.count(FIRE_POSITION).alias(_REACHED_WINDOWS),
+    )
+    return per_pane.select(
+        TOPIC,
+        PARTITION,
+        _PANE,
+        F.col("_by_end")[_DROP_FROM].alias(_DROP_FROMS),
+        _REACHED_WINDOWS,
+    )
+
+
+def _dropped_in(most_windows: int) -> Column:
+    """How many of its pane's windows the record is dropped from: a prefix, ended by the
+    first window whose first dropped offset is after the record's, or that drops none. A
+    CASE, not a higher-order function: Spark interprets those, row by row."""
+    ends = F.when(F.lit(False), F.lit(0))
+    for i in range(most_windows):
+        dropped = F.coalesce(F.get(_DROP_FROMS, i) <= F.col(OFFSET), F.lit(False))
+        ends = ends.when(~dropped, F.lit(i))
+    return ends.otherwise(F.lit(most_windows))
+
+
+def per_status(
+    records: DataFrame,
+    panes: DataFrame,
+    drops: DataFrame,
+    reaches: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    window: TumblingWindows | SlidingWindows,
+    trigger: Trigger,
+    keys: Sequence[str],
+    aggregations: Sequence[Aggregation],
+) -> DataFrame:
+    """:func:`window_operator.by_status` for an event-time trigger without lateness, a pane
+    at a time: a record is DROPPED from a window at or after its partition's first offset
+    read after the window's tick (in the first ``_dropped_in`` of its pane's windows), else
+    ON_TIME where the watermark reaches ``maxTs`` before the archive ends, PENDING where not.
+
+    Records are aggregated per (key, pane, ``_dropped_in``): with one window per pane that
+    is the window's value; sliding windows merge their panes' partial aggregates, so that
+    each record is grouped once, not once per window."""
+    located = (
+        records.withColumn(_PANE, pane_start(window))
+        .join(F.broadcast(_drops_per_pane(panes, drops, partitions)), [TOPIC, PARTITION, _PANE])
+        .withColumn(_DROPPED_IN, _dropped_in(panes.agg(F.max(_INDEX)).first()[0] or 0))
+    )
+    # Only records on time in some window are summed (by_status's rule: no other can overflow)
+    summed = F.col(_DROPPED_IN) < F.col(_REACHED_WINDOWS)
+    group = [*keys, _PANE, _DROPPED_IN, _REACHED_WINDOWS]
+    waiting = F.when(F.col(_INDEX) <= F.col(_REACHED_WINDOWS), ON_TIME).otherwise(PENDING)
+    status = on_element(trigger, F.col(_INDEX) <= F.col(_DROPPED_IN), False, waiting)
+    window_columns = [*keys, WINDOW_START, WINDOW_END, STATUS]
+    features = [a.name for a in aggregations]
+    if window.pane_ms == window.size_ms:  # at most one window per pane: the pane's value
+        values = [a.expr(None, F.when(summed, F.col(a.column))).alias(a.name) for a in aggregations]
+        per_pane = located.groupBy(*group).agg(F.count(F.lit(1)).alias("record_count"), *values)
+        per_window = per_pane.join(F.broadcast(panes), _PANE).select(
+            *window_columns[:-1], status.alias(STATUS), "record_count", *features
+        )
+    else:
+        partials = [
+            part for a in aggregations for part in a.partials(F.when(summed, F.col(a.column)))
+        ]
+        per_pane = located.groupBy(*group).agg(F.count(F.lit(1)).alias("record_count"), *partials)
+        on_time = F.col(STATUS) == ON_TIME
+        per_window = (
+            per_pane.join(F.broadcast(panes), _PANE)
+            .withColumn(STATUS, status)
+            .groupBy(*window_columns)
+            .agg(
+                F.sum("record_count").alias("record_count"),
+                *[a.merged(on_time) for a in aggregations],
+            )
+        )
+    fired_at = reaches.select(
+        (F.col(TARGET) + 1).alias(WINDOW_END), F.col(POSITION).alias(FIRE_POSITION)
+    )
+    return per_window.join(F.broadcast(fired_at), WINDOW_END, "left").select(
+        *window_columns, FIRE_POSITION, "record_count", *features
+    )

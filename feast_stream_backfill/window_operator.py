@@ -163,7 +163,7 @@ def _firing(window: list[str], by_record: bool, aggregations: Sequence[Aggregati
 
 
 def firings(
-    classified: DataFrame,
+    classified: DataFrame | None,
     trigger: Trigger,
     keys: Sequence[str],
     aggregations: Sequence[Aggregation],
@@ -173,7 +173,7 @@ def firings(
     """Every firing: timers fire each window with its on-time records; a record that fires
     its window at once emits every accepted record up to it (a running aggregate, over the
     windows some record fires only). ``per_status``: :func:`by_status` of ``classified``,
-    where the caller keeps it."""
+    where the caller keeps it (``classified`` may then be None if no record fires)."""
     window = [*keys, WINDOW_START, WINDOW_END]
     parts = []
     if per_status is None:

@@ -8,6 +8,7 @@ time places a record: its event time, or its inferred processing time.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -21,6 +22,13 @@ Domain = Literal["event", "processing"]
 
 def max_timestamp() -> Column:
     return F.col(WINDOW_END) - 1
+
+
+def pane_start(window: TumblingWindows | SlidingWindows) -> Column:
+    """The start of the record's pane: the windows hold whole panes, so a record's windows are
+    its pane's (Flink's old aligned-window panes)."""
+    time = _time(window.domain)
+    return time - F.pmod(time - window.offset_ms, F.lit(window.pane_ms))
 
 
 def check_window(domain: str, **positive: int) -> None:
@@ -47,6 +55,10 @@ class TumblingWindows:
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms)
 
+    @property
+    def pane_ms(self) -> int:
+        return self.size_ms
+
     def assign(self, records: DataFrame) -> DataFrame:
         """Add ``_window_start`` and ``_window_end`` (epoch ms)."""
         time = _time(self.domain)
@@ -69,6 +81,11 @@ class SlidingWindows:
 
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms, slide=self.slide_ms)
+
+    @property
+    def pane_ms(self) -> int:
+        """The widest grid every window starts and ends on."""
+        return math.gcd(self.size_ms, self.slide_ms)
 
     def assign(self, records: DataFrame) -> DataFrame:
         """One row per (record, window), from the latest start to the earliest, as Flink's

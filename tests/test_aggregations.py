@@ -12,26 +12,30 @@ from feast_stream_backfill import (
     ArchivedTopic,
     PerRecordTrigger,
     SessionWindows,
+    SlidingWindows,
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.backfill import sorts_nothing
 
 FUNCTIONS = ("sum", "count", "mean", "min", "max")
 
 
-def _values(make_archive, amounts, window, trigger=None):
+def _values(make_archive, amounts, window, trigger=None, times=None, watermark=None):
     spark = make_archive([]).sparkSession
-    rows = [(0, i, i, "a", v) for i, v in enumerate(amounts)] + [(0, 99, 1000, "b", 1.0)]
+    times = times or range(len(amounts))
+    rows = [(0, i, t, "a", v) for i, (t, v) in enumerate(zip(times, amounts, strict=True))]
     job = StreamJob(
-        topics=[ArchivedTopic("t", dataframe=make_archive(rows))],
+        topics=[ArchivedTopic("t", dataframe=make_archive([*rows, (0, 99, 1000, "b", 1.0)]))],
         keys=["user"],
         window=window,
         aggregations=[Aggregation("amount", f, f) for f in FUNCTIONS],
-        watermark=WatermarkStrategy(0, 0, "on_event"),
+        watermark=watermark or WatermarkStrategy(0, 0, "on_event"),
         **({"trigger": trigger} if trigger else {}),
     )
+    assert sorts_nothing(job) == (watermark is not None)
     emitted = (
         backfill(spark, job).emissions.where("user = 'a'").orderBy("emit_time", "emit_sequence")
     )
@@ -53,6 +57,24 @@ def test_nulls_are_skipped_and_nan_propagates(make_archive, window):
     assert _same(fired, (math.nan, 3, math.nan, math.nan, math.nan))
     (no_nan,) = _values(make_archive, [1.0, None, 4.0], window)
     assert no_nan == (5.0, 2, 2.5, 1.0, 4.0)
+
+
+def test_panes_merge_partial_aggregates(make_archive):
+    # Sliding windows of 100 ms by 50 on the path without the sort aggregate panes of 50 ms,
+    # then merge them. Values at 10, 20 (first pane) and 60, 70 (second): [-50, 50) holds the
+    # first pane, [0, 100) both, [50, 150) the second; b's record at 1000 fires all three.
+    window, ticks = SlidingWindows(100, 50), WatermarkStrategy(0, 50)
+    times = [10, 20, 60, 70]
+    fired = _values(make_archive, [1.0, None, 4.0, math.nan], window, None, times, ticks)
+    expected = [
+        (1.0, 1, 1.0, 1.0, 1.0),
+        (math.nan, 3, math.nan, math.nan, math.nan),
+        (math.nan, 2, math.nan, math.nan, math.nan),
+    ]
+    assert len(fired) == len(expected)
+    assert all(_same(a, b) for a, b in zip(fired, expected, strict=True))
+    fired = _values(make_archive, [1.0, None, 4.0, 2.0], window, None, times, ticks)
+    assert fired == [(1.0, 1, 1.0, 1.0, 1.0), (7.0, 3, 7.0 / 3, 1.0, 4.0), (6.0, 2, 3.0, 2.0, 4.0)]
 
 
 @pytest.mark.parametrize("window", [TumblingWindows(100), SessionWindows(100)], ids=str)

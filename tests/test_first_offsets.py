@@ -87,3 +87,37 @@ def test_copied_offsets_are_found_per_word(spark):
     assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
     for cached in [words, *kept]:
         cached.unpersist()
+
+
+def test_a_sliding_window_record_dropped_from_its_earlier_window_only(spark):
+    # Windows of 100 ms sliding by 50 (panes of 50); D2 = 10, B = 0, ticks every 50 ms. Read
+    # at D2 + the highest et so far: o0 et 40 at 50, o1 et 110 at 120, o2 et 60 at 120,
+    # o3 et 160 at 170, o4 et 70 at 170. The tick at 150 has W = 109: it fires [-50, 50) and
+    # [0, 100); the tick at 200 (W = 159) fires [50, 150); [100, 200) and [150, 250) never.
+    # o4, read at 170, is in [0, 100) (fired at 150: dropped) and [50, 150) (on time): its
+    # pane's windows are dropped for a prefix only.
+    records = [
+        Record("t1", 0, offset, et, key, value)
+        for offset, et, key, value in [
+            (0, 40, "a", 1.0),
+            (1, 110, "b", 2.0),
+            (2, 60, "a", 4.0),
+            (3, 160, "b", 8.0),
+            (4, 70, "a", 16.0),
+        ]
+    ]
+    job = Job(size=100, slide=50, interval=50, min_delay=10)
+    assert sorts_nothing(stream_job(spark, records, job))
+    emissions, dropped, stats = spark_backfill_with_stats(spark, records, job)
+    assert sorted(e[:8] for e in emissions) == [
+        ("a", -50, 50, 150, 0, "on_time", 1, 1.0),
+        ("a", 0, 100, 150, 1, "on_time", 2, 5.0),
+        ("a", 50, 150, 200, 0, "on_time", 2, 20.0),
+        ("b", 50, 150, 200, 0, "on_time", 1, 2.0),
+    ]
+    assert dropped == {("a", 0): 1}
+    assert (stats["records_on_time"], stats["records_dropped"], stats["records_pending"]) == (
+        6,
+        1,
+        3,
+    )
