@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -83,11 +84,53 @@ def repo(tmp_path_factory, spark, redis_server):
 
 
 def feast(*args: str, cwd: Path) -> str:
-    done = subprocess.run(
-        [FEAST, *args], cwd=cwd, capture_output=True, text=True, env={**os.environ}, timeout=600
-    )
-    assert done.returncode == 0, f"feast {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+    command = f"feast {' '.join(args)}"
+    # PYTHONFAULTHANDLER: on SIGABRT, Python processes print their threads' stacks to stderr.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(
+        [FEAST, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            stacks = hung_stacks(process.pid)
+            stdout, stderr = process.communicate()
+            pytest.fail(f"{command} still running after 600 s:\n{stdout}\n{stderr}\n{stacks}")
+    assert process.returncode == 0, f"{command} failed:\n{stdout}\n{stderr}"
+    return stdout
+
+
+def hung_stacks(pid: int) -> str:
+    """What a hung command was doing: its JVMs' thread dumps (jstack), then SIGABRT to its
+    Python processes (the command and Spark's Python workers), which print their stacks."""
+    tree = descendants(pid)
+    dumps = []
+    for child in tree:
+        command_line = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]
+        if command_line.endswith(b"java") and shutil.which("jstack"):
+            jstack = subprocess.run(["jstack", str(child)], capture_output=True, text=True)
+            dumps.append(jstack.stdout + jstack.stderr)
+    for child in [*reversed(tree), pid]:
+        if b"python" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
+            os.kill(child, signal.SIGABRT)
+    return "\n".join(dumps)
+
+
+def descendants(pid: int) -> list[int]:
+    """Processes under ``pid``, parents before children (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue.extend(children.get(child, []))
+    return found
 
 
 def online(repo, users):
