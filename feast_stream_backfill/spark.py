@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyspark
 from pyspark.sql import SparkSession
 
 #: Spark's JVM logging: errors only (no start-up banner, no warnings a user cannot act on).
@@ -36,14 +38,36 @@ DEFAULT_CONF: dict[str, str] = {
 
 
 def default_driver_memory() -> str:
-    """Half the machine's memory, 4 to 32 GiB. In local mode the driver's heap holds the cached
+    """``spark.driver.memory`` where the machine's ``spark-defaults.conf`` sets it, else half
+    the machine's memory, 4 to 32 GiB. In local mode the driver's heap holds the cached
     records and every task's sorts: with 4g, a 16M-record backfill spilled and took 63 s, with
-    10g 55 s (bench/backfill_bench.py, 2 cores). The JVM takes the heap as it needs it."""
+    10g 55 s (bench/backfill_bench.py, 2 cores). The JVM takes the heap as it needs it, so
+    several drivers on one machine each allowed half of it can exhaust it: there, say how much
+    each may take in ``spark-defaults.conf`` (the test suite does)."""
+    configured = spark_defaults().get("spark.driver.memory")
+    if configured:
+        return configured
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not a POSIX system: Spark's usual size
         return "4g"
     return f"{min(max(physical // 2**31, 4), 32)}g"
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of the ``spark-defaults.conf`` Spark reads (in ``SPARK_CONF_DIR``, else
+    ``SPARK_HOME/conf``; Java properties: ``key value``, ``key=value`` or ``key: value``)."""
+    home = os.environ.get("SPARK_HOME") or Path(pyspark.__file__).resolve().parent
+    path = Path(os.environ.get("SPARK_CONF_DIR") or Path(home) / "conf") / "spark-defaults.conf"
+    if not path.is_file():
+        return {}
+    lines = (line.strip() for line in path.read_text().splitlines())
+    pairs = (re.split(r"\s*[=:\s]\s*", line, maxsplit=1) for line in lines)
+    return {
+        pair[0]: pair[1] if len(pair) > 1 else ""
+        for pair in pairs
+        if pair[0] and not pair[0].startswith(("#", "!"))
+    }
 
 
 def delta_jars() -> list[str]:
