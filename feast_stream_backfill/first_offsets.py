@@ -370,10 +370,15 @@ def _dropped_in(most_windows: int) -> Column:
     """How many of its pane's windows the record is dropped from: a prefix, ended by the
     first window whose first dropped offset is after the record's, or that drops none. A
     CASE, not a higher-order function: Spark interprets those, row by row."""
-    ends = F.when(F.lit(False), F.lit(0))
-    for i in range(most_windows):
-        dropped = F.coalesce(F.get(_DROP_FROMS, i) <= F.col(OFFSET), F.lit(False))
-        ends = ends.when(~dropped, F.lit(i))
+    kept = [
+        ~F.coalesce(F.get(_DROP_FROMS, i) <= F.col(OFFSET), F.lit(False))
+        for i in range(most_windows)
+    ]
+    if not kept:
+        return F.lit(0)
+    ends = F.when(kept[0], F.lit(0))
+    for i, condition in enumerate(kept[1:], start=1):
+        ends = ends.when(condition, F.lit(i))
     return ends.otherwise(F.lit(most_windows))
 
 
@@ -404,15 +409,24 @@ def per_status(
     # Only records on time in some window are summed (by_status's rule: no other can overflow)
     summed = F.col(_DROPPED_IN) < F.col(_REACHED_WINDOWS)
     group = [*keys, _PANE, _DROPPED_IN, _REACHED_WINDOWS]
-    waiting = F.when(F.col(_INDEX) <= F.col(_REACHED_WINDOWS), ON_TIME).otherwise(PENDING)
-    status = on_element(trigger, F.col(_INDEX) <= F.col(_DROPPED_IN), False, waiting)
+
+    def status(index: Column) -> Column:
+        """Of the pane's ``index``-th window by end."""
+        waiting = F.when(index <= F.col(_REACHED_WINDOWS), ON_TIME).otherwise(PENDING)
+        return on_element(trigger, index <= F.col(_DROPPED_IN), False, waiting)
+
     window_columns = [*keys, WINDOW_START, WINDOW_END, STATUS]
     features = [a.name for a in aggregations]
-    if window.pane_ms == window.size_ms:  # at most one window per pane: the pane's value
+    if window.pane_ms == window.size_ms:  # a pane is its window: the pane's value
         values = [a.expr(None, F.when(summed, F.col(a.column))).alias(a.name) for a in aggregations]
         per_pane = located.groupBy(*group).agg(F.count(F.lit(1)).alias("record_count"), *values)
-        per_window = per_pane.join(F.broadcast(panes), _PANE).select(
-            *window_columns[:-1], status.alias(STATUS), "record_count", *features
+        per_window = per_pane.select(
+            *keys,
+            F.col(_PANE).alias(WINDOW_START),
+            (F.col(_PANE) + window.size_ms).alias(WINDOW_END),
+            status(F.lit(1)).alias(STATUS),
+            "record_count",
+            *features,
         )
     else:
         partials = [
@@ -422,7 +436,7 @@ def per_status(
         on_time = F.col(STATUS) == ON_TIME
         per_window = (
             per_pane.join(F.broadcast(panes), _PANE)
-            .withColumn(STATUS, status)
+            .withColumn(STATUS, status(F.col(_INDEX)))
             .groupBy(*window_columns)
             .agg(
                 F.sum("record_count").alias("record_count"),
