@@ -12,6 +12,7 @@ needs 10:10:05: p0 at 10:10:30, p1 at 10:10:10 -> 10:10:30. [10:10, 10:15) never
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -106,14 +107,22 @@ def hung_stacks(pid: int) -> str:
     tree = descendants(pid)
     dumps = []
     for child in tree:
-        command_line = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]
-        if command_line.endswith(b"java") and shutil.which("jstack"):
+        if program(child).endswith(b"java") and shutil.which("jstack"):
             jstack = subprocess.run(["jstack", str(child)], capture_output=True, text=True)
             dumps.append(jstack.stdout + jstack.stderr)
     for child in [*reversed(tree), pid]:
-        if b"python" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
-            os.kill(child, signal.SIGABRT)
+        if b"python" in program(child):
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(child, signal.SIGABRT)
     return "\n".join(dumps)
+
+
+def program(pid: int) -> bytes:
+    """The process's program, as started (empty when it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
 
 
 def descendants(pid: int) -> list[int]:
