@@ -285,16 +285,17 @@ def _per_status_by_offsets(
     for checks in read:  # on the pass that counts the offsets, which reads every record
         observed = checks.observe(observed)
     with stage("processing time"):
-        words, counts = first_offsets.offset_words(observed)
+        words, counts, partitions = first_offsets.offset_words(observed)
+    distinct, kept_copies = records, []
     try:
         for checks in read:
             checks.verify()
-        with stage("processing time"):
-            distinct, kept_copies = first_offsets.distinct_records(records, words)
+        if counts["duplicates_removed"]:
+            with stage("processing time"):
+                distinct, kept_copies = first_offsets.distinct_records(records, words)
     except BadArchiveError:
         words.unpersist()
         raise
-    partitions = [tuple(row) for row in words.select(TOPIC, PARTITION).distinct().collect()]
     delay = job.processing_time.min_delay_ms
     with stage("watermark"):
         # copies share their record's windows: the panes need no deduplication

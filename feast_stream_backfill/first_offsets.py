@@ -68,11 +68,13 @@ _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
 
-def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
-    """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept, and
-    the counts ``records_read`` and ``duplicates_removed``. ``observed``: the records with
-    their value checks observed (this is the pass that reads every record before the checks
-    are verified).
+def offset_words(
+    observed: DataFrame,
+) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
+    """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept; the
+    counts ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read.
+    ``observed``: the records with their value checks observed (this is the pass that reads
+    every record before the checks are verified).
 
     A word's ``_copy_bits`` are the offsets archived more than once. An offset held twice
     leaves its bit set in the OR and clear in the XOR (set in OR ^ XOR); when that accounts
@@ -106,18 +108,18 @@ def offset_words(observed: DataFrame) -> tuple[DataFrame, dict[str, int]]:
     totals = words.agg(
         F.coalesce(F.sum("_word_records"), F.lit(0)).alias("records_read"),
         F.coalesce(F.sum(F.bit_count("_offset_bits")), F.lit(0)).alias("distinct"),
+        F.collect_set(F.struct(TOPIC, PARTITION)).alias("partitions"),
     ).first()
     read = totals["records_read"]
-    return words, {"records_read": read, "duplicates_removed": read - totals["distinct"]}
+    counts = {"records_read": read, "duplicates_removed": read - totals["distinct"]}
+    return words, counts, sorted(tuple(pair) for pair in totals["partitions"])
 
 
 def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
-    """Each record once, and what is kept for it: only the records at copied offsets
-    (:func:`offset_words`) are grouped by offset. Copies whose event time or payload differ
-    are refused, naming one."""
+    """Each record once, and what is kept for it, where some offset is archived twice
+    (``duplicates_removed`` of :func:`offset_words`): only the records at copied offsets are
+    grouped by offset. Copies whose event time or payload differ are refused, naming one."""
     copied = words.where(F.col(_COPY_BITS) != 0)
-    if not copied.take(1):
-        return records, []
     # One long per word; words colliding on it share their copied bits, so that a record at a
     # copied offset always goes to the grouping (others going there too is harmless).
     with_copies = copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key")).agg(
@@ -404,7 +406,7 @@ def per_status(
     located = (
         records.withColumn(_PANE, pane_start(window))
         .join(F.broadcast(_drops_per_pane(panes, drops, partitions)), [TOPIC, PARTITION, _PANE])
-        .withColumn(_DROPPED_IN, _dropped_in(panes.agg(F.max(_INDEX)).first()[0] or 0))
+        .withColumn(_DROPPED_IN, _dropped_in(window.most_windows))
     )
     # Only records on time in some window are summed (by_status's rule: no other can overflow)
     summed = F.col(_DROPPED_IN) < F.col(_REACHED_WINDOWS)

@@ -59,6 +59,11 @@ class TumblingWindows:
     def pane_ms(self) -> int:
         return self.size_ms
 
+    @property
+    def most_windows(self) -> int:
+        """The most windows a record belongs to."""
+        return 1
+
     def assign(self, records: DataFrame) -> DataFrame:
         """Add ``_window_start`` and ``_window_end`` (epoch ms)."""
         time = _time(self.domain)
@@ -86,6 +91,11 @@ class SlidingWindows:
     def pane_ms(self) -> int:
         """The widest grid every window starts and ends on."""
         return math.gcd(self.size_ms, self.slide_ms)
+
+    @property
+    def most_windows(self) -> int:
+        """The most windows a record belongs to: a window starts every slide."""
+        return -(-self.size_ms // self.slide_ms)
 
     def assign(self, records: DataFrame) -> DataFrame:
         """One row per (record, window), from the latest start to the earliest, as Flink's

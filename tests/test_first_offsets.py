@@ -79,7 +79,8 @@ def test_copied_offsets_are_found_per_word(spark):
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    words, counts = first_offsets.offset_words(records)
+    words, counts, partitions = first_offsets.offset_words(records)
+    assert partitions == [("t", 0), ("t", 1)]
     bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
     assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
     assert counts == {"records_read": 10, "duplicates_removed": 3}
