@@ -11,6 +11,7 @@ seen et >= x + 1; p1 only gets past 2 at pt 30.
 from datetime import timezone
 
 import pytest
+from pyspark.sql import functions as F
 
 from feast_stream_backfill import (
     Aggregation,
@@ -23,6 +24,7 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
 )
+from feast_stream_backfill.columns import EVENT_TIME
 from tests.test_event_time_windows import ms, run
 
 
@@ -143,3 +145,14 @@ def test_each_topic_has_its_own_out_of_orderness(make_archive, t2_bound, fires_a
     emissions = backfill(t1.sparkSession, job).emissions.collect()
     fired = [(r.user, r.window_start, r.emit_time, r.s) for r in emissions]
     assert fired == ([] if fires_at is None else [("a", ms(0), ms(fires_at), 5.0)])
+
+
+@pytest.mark.parametrize("size, slide, most", [(100, 30, 4), (90, 30, 3), (30, 100, 1)])
+def test_most_windows_a_record_belongs_to(spark, size, slide, most):
+    # Starts every 30 ms, 100 wide: et 0 is in [-90, 10), [-60, 40), [-30, 70), [0, 100); et 20
+    # in three. 90 wide: always three. 30 wide every 100 ms: one, or none in the gaps.
+    times = spark.range(300).select(F.col("id").alias(EVENT_TIME))
+    window = SlidingWindows(size, slide)
+    per_time = window.assign(times).groupBy(EVENT_TIME).count()
+    assert per_time.agg(F.max("count")).first()[0] == most == window.most_windows
+    assert TumblingWindows(size).most_windows == 1
