@@ -141,7 +141,8 @@ def test_timeline_and_report(repo, tmp_path):
     assert result.exit_code == 0, result.output
     assert png.stat().st_size > 10_000 and "drawn to" in result.output
     page = tmp_path / "report.html"
-    result = run(repo, "report", "user_spend_5m", "-o", str(page))
+    # L = 0 alone: the default Bs (0, the job's, 30 s) without the sorted path's lateness cells
+    result = run(repo, "report", "user_spend_5m", "--L", "0", "-o", str(page))
     assert result.exit_code == 0, result.output
     text = page.read_text()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
