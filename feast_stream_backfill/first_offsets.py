@@ -121,9 +121,12 @@ def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, l
     grouped by offset. Copies whose event time or payload differ are refused, naming one."""
     copied = words.where(F.col(_COPY_BITS) != 0)
     # One long per word; words colliding on it share their copied bits, so that a record at a
-    # copied offset always goes to the grouping (others going there too is harmless).
-    with_copies = copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key")).agg(
-        F.bit_or(_COPY_BITS).alias(_COPY_BITS)
+    # copied offset always goes to the grouping (others going there too is harmless). Kept:
+    # the windows read the records after ``words`` is released, which would recompute it.
+    with_copies = (
+        copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"))
+        .agg(F.bit_or(_COPY_BITS).alias(_COPY_BITS))
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
     marked = records.select("*", key).join(F.broadcast(with_copies), "_key", "left")
@@ -147,8 +150,9 @@ def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, l
     if found:
         example = conflicts.select(TOPIC, PARTITION, OFFSET).first()
         copies.unpersist()
+        with_copies.unpersist()
         raise conflicting_copies(example[TOPIC], found, example[PARTITION], example[OFFSET])
-    return single.unionByName(copies.select(*records.columns)), [copies]
+    return single.unionByName(copies.select(*records.columns)), [copies, with_copies]
 
 
 def first_records(
