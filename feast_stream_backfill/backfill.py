@@ -282,10 +282,12 @@ def _per_status_by_offsets(
     what is kept for them."""
     records, read = job_records(spark, job)
     observed = records
-    for checks in read:  # on the pass that counts the offsets, which reads every record
+    for checks in read:  # on the pass that groups every record
         observed = checks.observe(observed)
+    bound = {t.name: bounds.get(t.name, job.watermark.out_of_orderness_ms) for t in job.topics}
     with stage("processing time"):
-        words, counts, partitions = first_offsets.offset_words(observed)
+        grouped = first_offsets.group_records(observed, job.window, bound)
+        words, counts, partitions = first_offsets.offset_words(grouped)
     distinct, kept_copies = records, []
     try:
         for checks in read:
@@ -294,18 +296,17 @@ def _per_status_by_offsets(
             with stage("processing time"):
                 distinct, kept_copies = first_offsets.distinct_records(records, words)
     except BadArchiveError:
-        words.unpersist()
+        grouped.unpersist()
         raise
     delay = job.processing_time.min_delay_ms
     with stage("watermark"):
-        # copies share their record's windows: the panes need no deduplication
-        panes = first_offsets.pane_windows(records, job.window)
+        # copies share their record's windows and first offsets: no deduplication
+        panes = first_offsets.pane_windows(grouped, job.window)
         targets = watermark_targets(panes, job.trigger).collect()
         reaches = first_offsets.watermark_reaches(
-            records, partitions, [row[TARGET] for row in targets], job.watermark, delay, bounds
+            grouped, partitions, [row[TARGET] for row in targets], job.watermark, delay, bound
         )
         drops = first_offsets.drop_offsets(records, partitions, reaches, delay)
-    words.unpersist()
     per_status = first_offsets.per_status(
         distinct,
         panes,
@@ -317,7 +318,10 @@ def _per_status_by_offsets(
         job.keys,
         job.aggregations,
     )
-    return counts, distinct, per_status, reaches, [*kept_copies, panes, reaches, drops]
+    # grouped is released with the rest: released earlier, the caches read from it could be
+    # recomputed from every record (Spark recompiles a cache whose source is released unless
+    # it sees every block of it loaded)
+    return counts, distinct, per_status, reaches, [grouped, *kept_copies, panes, reaches, drops]
 
 
 def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) -> Backfill:

@@ -14,9 +14,12 @@ records, only *first offsets*:
 
 First offsets per threshold are hash aggregates (:func:`first_records`): the lowest offset
 per (partition, bucket of event time between consecutive thresholds), then a suffix minimum
-over a partition's buckets, a few rows per window. Archived copies of a record share its offset
-and event time, so they change no first offset; only the windows' counts must see each record
-once (:func:`distinct_records`). The windows are aggregated a pane at a time
+over a partition's buckets, a few rows per window. The windows' thresholds lie on the pane
+grid, so their buckets come from the same read as the offset counts and the panes
+(:func:`group_records`); the ticks' thresholds, known only once the watermark has reached the
+windows, take a second read. Archived copies of a record share its offset and event time, so
+they change no first offset; only the windows' counts must see each record once
+(:func:`distinct_records`). The windows are aggregated a pane at a time
 (:func:`per_status`): a sliding window's records are grouped once, not once per window.
 
 The sorted path (:mod:`processing_time`, :mod:`watermarks`) keeps what needs a record's own
@@ -63,31 +66,81 @@ from feast_stream_backfill.windows import (
 MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
-_COPY_BITS = "_copy_bits"
+_COPY_BITS, _SET, _KEY = "_copy_bits", "_set", "_set_key"
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
 
-def offset_words(
-    observed: DataFrame,
-) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
-    """Offsets counted as set bits of 64-offset words (hash aggregates, no sort), kept; the
-    counts ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read.
+def group_records(
+    observed: DataFrame, window: TumblingWindows | SlidingWindows, bound: Mapping[str, int]
+) -> DataFrame:
+    """Every record read once and grouped three ways in one hash aggregate, kept; ``_set``
+    says which grouping a row is of:
+
+    0. per (topic, partition, 64-offset word ``_set_key``): the offset bits (:func:`offset_words`);
+    1. per (topic, partition, ``_set_key``): the lowest offset and its event time, where
+       ``_set_key`` is the highest ``end + B`` at or below the record's event time, ``end``
+       on the grid windows end on (the panes') and B the topic's ``bound``: each window's
+       reach threshold ``maxTs + B + 1`` starts one of these buckets (:func:`watermark_reaches`);
+    2. per pane ``_set_key`` (:func:`pane_windows`).
+
     ``observed``: the records with their value checks observed (this is the pass that reads
-    every record before the checks are verified).
+    every record before the checks are verified). Each record is listed once per grouping by
+    ``inline``, not by ``groupingSets``: a cache whose plan holds grouping sets' ``Expand`` is
+    not found again where a self-join renames its columns (the emission log's does), and
+    everything read from it was computed again."""
+    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
+    reach_grid = F.lit(window.offset_ms) + _per_topic(bound)
+    threshold = F.col(EVENT_TIME) - F.pmod(F.col(EVENT_TIME) - reach_grid, F.lit(window.pane_ms))
+    every_partition = (F.lit(None).cast("string"), F.lit(None).cast("int"))
+    this_partition = (F.col(TOPIC), F.col(PARTITION))
+    sets = [
+        (this_partition, F.shiftright(OFFSET, 6)),
+        (this_partition, threshold),
+        (every_partition, pane_start(window)),
+    ]
+    listed = F.array(
+        *[
+            F.struct(
+                F.lit(i).alias(_SET),
+                topic.alias(TOPIC),
+                partition.alias(PARTITION),
+                key.alias(_KEY),
+            )
+            for i, ((topic, partition), key) in enumerate(sets)
+        ]
+    )
+    return (
+        observed.select(OFFSET, EVENT_TIME, F.inline(listed))
+        .groupBy(_SET, TOPIC, PARTITION, _KEY)
+        .agg(
+            F.bit_or(bit).alias("_offset_bits"),
+            F.bit_xor(bit).alias("_odd_bits"),
+            F.count(F.lit(1)).alias("_word_records"),
+            F.min(OFFSET).alias(OFFSET),
+            F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME),
+        )  # not min(struct): a struct buffer is not hash-aggregated (a sort of every record)
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )
+
+
+def _grouped_by(grouped: DataFrame, name: str) -> DataFrame:
+    """The rows of :func:`group_records`'s set of ``name`` (``_word``, ``_threshold`` or
+    ``_pane``), its key so named."""
+    set_id = [_WORD, _THRESHOLD, _PANE].index(name)
+    return grouped.where(F.col(_SET) == set_id).withColumnRenamed(_KEY, name)
+
+
+def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
+    """Offsets counted as set bits of 64-offset words (of :func:`group_records`); the counts
+    ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read.
 
     A word's ``_copy_bits`` are the offsets archived more than once. An offset held twice
     leaves its bit set in the OR and clear in the XOR (set in OR ^ XOR); when that accounts
     for every extra record, those are exactly the copied offsets. Otherwise (three copies of
     one offset) every offset of the word counts as copied (-1)."""
-    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     words = (
-        observed.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(_WORD))
-        .agg(
-            F.bit_or(bit).alias("_offset_bits"),
-            F.bit_xor(bit).alias("_odd_bits"),
-            F.count(F.lit(1)).alias("_word_records"),
-        )
+        _grouped_by(grouped, _WORD)
         .withColumn("_twice", F.col("_offset_bits").bitwiseXOR(F.col("_odd_bits")))
         .select(
             TOPIC,
@@ -103,7 +156,6 @@ def offset_words(
             .otherwise(F.lit(-1))
             .alias(_COPY_BITS),
         )
-        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
     totals = words.agg(
         F.coalesce(F.sum("_word_records"), F.lit(0)).alias("records_read"),
@@ -122,7 +174,7 @@ def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, l
     copied = words.where(F.col(_COPY_BITS) != 0)
     # One long per word; words colliding on it share their copied bits, so that a record at a
     # copied offset always goes to the grouping (others going there too is harmless). Kept:
-    # the windows read the records after ``words`` is released, which would recompute it.
+    # the windows read the records through it.
     with_copies = (
         copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"))
         .agg(F.bit_or(_COPY_BITS).alias(_COPY_BITS))
@@ -165,30 +217,41 @@ def first_records(
     record with ``et >= _threshold``, null where there is none.
 
     Each record goes to a bucket, the lowest offset per (partition, bucket) is kept, and a
-    suffix minimum over a partition's buckets (a few rows per threshold) answers every
-    threshold. Thresholds on a grid of at most :data:`MAX_CELLS` cells (a window's targets)
-    bucket by arithmetic; others (the ticks) by the highest threshold at or below the
-    record's event time, found by a broadcast join on a coarse cell of event time, which
-    lists each bucket in every cell it overlaps."""
-    spark = records.sparkSession
+    suffix minimum over a partition's buckets (:func:`first_at_or_above`) answers every
+    threshold. Thresholds on a grid of at most :data:`MAX_CELLS` cells bucket by arithmetic;
+    others (the ticks) by the highest threshold at or below the record's event time, found by
+    a broadcast join on a coarse cell of event time, which lists each bucket in every cell it
+    overlaps."""
     levels = {topic: sorted(set(values)) for topic, values in thresholds.items() if values}
-    wanted = spark.createDataFrame(
-        [
-            (topic, partition, value)
-            for topic, partition in partitions
-            for value in levels.get(topic, ())
-        ],
-        f"{TOPIC} string, {PARTITION} int, {_THRESHOLD} long",
-    )
     grids = {topic: _grid(values) for topic, values in levels.items()}
     if levels and all(grids.values()):
         located = _by_grid(records, levels, grids)
     else:
         located = _by_bucket_join(records, levels)
-    per_bucket = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(
+    minima = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(
         F.min(OFFSET).alias(OFFSET), F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME)
     )  # not min(struct): a struct buffer is not hash-aggregated (a sort of every record)
-    sweep = per_bucket.select(
+    return first_at_or_above(minima, partitions, levels)
+
+
+def first_at_or_above(
+    minima: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    thresholds: Mapping[str, Sequence[int]],
+) -> DataFrame:
+    """:func:`first_records` from the lowest offset (and its event time) per (topic,
+    partition, bucket from ``_threshold`` up to the next): every threshold must start a
+    bucket."""
+    spark = minima.sparkSession
+    wanted = spark.createDataFrame(
+        [
+            (topic, partition, value)
+            for topic, partition in partitions
+            for value in sorted(set(thresholds.get(topic, ())))
+        ],
+        f"{TOPIC} string, {PARTITION} int, {_THRESHOLD} long",
+    )
+    sweep = minima.select(
         TOPIC,
         PARTITION,
         _THRESHOLD,
@@ -280,20 +343,21 @@ def _by_bucket_join(records: DataFrame, levels: Mapping[str, Sequence[int]]) -> 
 
 
 def watermark_reaches(
-    records: DataFrame,
+    grouped: DataFrame,
     partitions: Sequence[tuple[str, int]],
     targets: Sequence[int],
     strategy: WatermarkStrategy,
     delay_ms: int,
-    bounds: Mapping[str, int],
+    bound: Mapping[str, int],
 ) -> DataFrame:
     """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
     and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
     the archive ends. A partition reaches ``x`` at the first record with ``et >= x + B + 1``,
-    read at ``D2 + et``. Kept (one row per target)."""
-    bound = {topic: bounds.get(topic, strategy.out_of_orderness_ms) for topic, _ in partitions}
-    thresholds = {topic: [x + b + 1 for x in targets] for topic, b in bound.items()}
-    first = first_records(records, partitions, thresholds).select(
+    read at ``D2 + et``; the buckets come from :func:`group_records` (same ``bound``: each
+    topic's B). Kept (one row per target)."""
+    thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
+    minima = _grouped_by(grouped, _THRESHOLD)
+    first = first_at_or_above(minima, partitions, thresholds).select(
         TOPIC,
         PARTITION,
         (F.col(_THRESHOLD) - _per_topic(bound) - 1).alias(TARGET),
@@ -331,10 +395,11 @@ def drop_offsets(
     return table
 
 
-def pane_windows(records: DataFrame, window: TumblingWindows | SlidingWindows) -> DataFrame:
-    """The panes holding a record (``_pane``, their start) and their windows, a row each,
-    numbered ``_window_index`` 1, 2, ... by end. A few rows per window: kept."""
-    panes = records.select(pane_start(window).alias(_PANE)).distinct()
+def pane_windows(grouped: DataFrame, window: TumblingWindows | SlidingWindows) -> DataFrame:
+    """The panes holding a record (``_pane``, their start, from :func:`group_records`) and
+    their windows, a row each, numbered ``_window_index`` 1, 2, ... by end. A few rows per
+    window: kept."""
+    panes = _grouped_by(grouped, _PANE).select(_PANE)
     windowed = window.assign(panes.withColumn(EVENT_TIME, F.col(_PANE)))
     by_end = Window.partitionBy(_PANE).orderBy(WINDOW_END)
     numbered = windowed.select(

@@ -7,6 +7,7 @@ import pytest
 from feast_stream_backfill import first_offsets
 from feast_stream_backfill.backfill import sorts_nothing
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 from tests.reference_simulator import Job, Record
 from tests.test_differential import spark_backfill_with_stats, stream_job
 
@@ -40,6 +41,37 @@ def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
         (1, 121): (0, 130),
         (1, 301): None,
     }
+
+
+def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
+    # Sliding windows of 100 ms by 50, offset 10: panes of 50 start at 10 (mod 50) and so do
+    # the windows' ends. B = 5: a window's reach threshold maxTs + B + 1 = end + 5 is 15
+    # (mod 50). p0: et 14 and 9 are below 15 (threshold -35; first offset 0), et 64 from 15.
+    # p1: et 15 from 15; 65 and 66 from 65, where offset 2 (et 66) is the first.
+    rows = [(0, 0, 14), (0, 1, 9), (0, 70, 64), (1, 3, 15), (1, 4, 65), (1, 2, 66)]
+    records = spark.createDataFrame(
+        [("t", *row) for row in rows],
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
+    )
+    window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
+    grouped = first_offsets.group_records(records, window, {"t": 5})
+    minima = first_offsets._grouped_by(grouped, "_threshold").collect()
+    assert {(r[PARTITION], r["_threshold"]): (r[OFFSET], r[EVENT_TIME]) for r in minima} == {
+        (0, -35): (0, 14),
+        (0, 15): (70, 64),
+        (1, 15): (3, 15),
+        (1, 65): (2, 66),
+    }
+    panes = first_offsets._grouped_by(grouped, "_pane").collect()
+    assert sorted(r["_pane"] for r in panes) == [-40, 10, 60]  # et 9 is in [-40, 10)
+    words, counts, _ = first_offsets.offset_words(grouped)
+    assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in words.collect()} == {
+        (0, 0): 0b11,
+        (0, 1): 1 << (70 - 64),
+        (1, 0): 0b11100,
+    }
+    assert counts == {"records_read": 6, "duplicates_removed": 0}
+    grouped.unpersist()
 
 
 def test_a_record_read_after_the_windows_tick_is_dropped(spark):
@@ -79,14 +111,15 @@ def test_copied_offsets_are_found_per_word(spark):
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    words, counts, partitions = first_offsets.offset_words(records)
+    grouped = first_offsets.group_records(records, TumblingWindows(size_ms=100), {"t": 0})
+    words, counts, partitions = first_offsets.offset_words(grouped)
     assert partitions == [("t", 0), ("t", 1)]
     bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
     assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
     assert counts == {"records_read": 10, "duplicates_removed": 3}
     distinct, kept = first_offsets.distinct_records(records, words)
     assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
-    for cached in [words, *kept]:
+    for cached in [grouped, *kept]:
         cached.unpersist()
 
 
