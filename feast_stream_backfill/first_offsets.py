@@ -66,7 +66,7 @@ from feast_stream_backfill.windows import (
 MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
-_COPY_BITS, _SET, _KEY = "_copy_bits", "_set", "_set_key"
+_COPY_BITS, _SET = "_copy_bits", "_set"
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
@@ -74,15 +74,16 @@ _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 def group_records(
     observed: DataFrame, window: TumblingWindows | SlidingWindows, bound: Mapping[str, int]
 ) -> DataFrame:
-    """Every record read once and grouped three ways in one hash aggregate, kept; ``_set``
-    says which grouping a row is of:
+    """Every record read once and grouped two ways in one hash aggregate, kept; ``_set`` says
+    which grouping a row is of:
 
-    0. per (topic, partition, 64-offset word ``_set_key``): the offset bits (:func:`offset_words`);
-    1. per (topic, partition, ``_set_key``): the lowest offset and its event time, where
-       ``_set_key`` is the highest ``end + B`` at or below the record's event time, ``end``
-       on the grid windows end on (the panes') and B the topic's ``bound``: each window's
-       reach threshold ``maxTs + B + 1`` starts one of these buckets (:func:`watermark_reaches`);
-    2. per pane ``_set_key`` (:func:`pane_windows`).
+    0. per (topic, partition, 64-offset word ``_word``): the offset bits (:func:`offset_words`);
+    1. per (topic, partition, ``_threshold``, ``_pane``): the lowest offset and its event time,
+       where ``_threshold`` is the highest ``end + B`` at or below the record's event time,
+       ``end`` on the grid windows end on (the panes') and B the topic's ``bound``: each
+       window's reach threshold ``maxTs + B + 1`` starts one of these buckets
+       (:func:`watermark_reaches`), and a record's pane is the other key
+       (:func:`pane_windows`); a bucket meets two panes at most.
 
     ``observed``: the records with their value checks observed (this is the pass that reads
     every record before the checks are verified). Each record is listed once per grouping by
@@ -92,43 +93,38 @@ def group_records(
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     reach_grid = F.lit(window.offset_ms) + _per_topic(bound)
     threshold = F.col(EVENT_TIME) - F.pmod(F.col(EVENT_TIME) - reach_grid, F.lit(window.pane_ms))
-    every_partition = (F.lit(None).cast("string"), F.lit(None).cast("int"))
-    this_partition = (F.col(TOPIC), F.col(PARTITION))
-    sets = [
-        (this_partition, F.shiftright(OFFSET, 6)),
-        (this_partition, threshold),
-        (every_partition, pane_start(window)),
-    ]
+    none = F.lit(None).cast("long")
+    keys = [(F.shiftright(OFFSET, 6), none, none), (none, threshold, pane_start(window))]
     listed = F.array(
         *[
             F.struct(
                 F.lit(i).alias(_SET),
-                topic.alias(TOPIC),
-                partition.alias(PARTITION),
-                key.alias(_KEY),
+                F.col(TOPIC).alias(TOPIC),
+                F.col(PARTITION).alias(PARTITION),
+                word.alias(_WORD),
+                bucket.alias(_THRESHOLD),
+                pane.alias(_PANE),
             )
-            for i, ((topic, partition), key) in enumerate(sets)
+            for i, (word, bucket, pane) in enumerate(keys)
         ]
     )
     return (
         observed.select(OFFSET, EVENT_TIME, F.inline(listed))
-        .groupBy(_SET, TOPIC, PARTITION, _KEY)
+        .groupBy(_SET, TOPIC, PARTITION, _WORD, _THRESHOLD, _PANE)
         .agg(
             F.bit_or(bit).alias("_offset_bits"),
             F.bit_xor(bit).alias("_odd_bits"),
             F.count(F.lit(1)).alias("_word_records"),
-            F.min(OFFSET).alias(OFFSET),
-            F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME),
-        )  # not min(struct): a struct buffer is not hash-aggregated (a sort of every record)
+            *_lowest_offset(),
+        )
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
 
 
-def _grouped_by(grouped: DataFrame, name: str) -> DataFrame:
-    """The rows of :func:`group_records`'s set of ``name`` (``_word``, ``_threshold`` or
-    ``_pane``), its key so named."""
-    set_id = [_WORD, _THRESHOLD, _PANE].index(name)
-    return grouped.where(F.col(_SET) == set_id).withColumnRenamed(_KEY, name)
+def _lowest_offset() -> list[Column]:
+    """The lowest offset and its event time, as aggregates: not min(struct), whose buffer is
+    not hash-aggregated (a sort of every record)."""
+    return [F.min(OFFSET).alias(OFFSET), F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME)]
 
 
 def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
@@ -140,7 +136,7 @@ def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tu
     for every extra record, those are exactly the copied offsets. Otherwise (three copies of
     one offset) every offset of the word counts as copied (-1)."""
     words = (
-        _grouped_by(grouped, _WORD)
+        grouped.where(F.col(_SET) == 0)
         .withColumn("_twice", F.col("_offset_bits").bitwiseXOR(F.col("_odd_bits")))
         .select(
             TOPIC,
@@ -228,9 +224,7 @@ def first_records(
         located = _by_grid(records, levels, grids)
     else:
         located = _by_bucket_join(records, levels)
-    minima = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(
-        F.min(OFFSET).alias(OFFSET), F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME)
-    )  # not min(struct): a struct buffer is not hash-aggregated (a sort of every record)
+    minima = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(*_lowest_offset())
     return first_at_or_above(minima, partitions, levels)
 
 
@@ -356,7 +350,8 @@ def watermark_reaches(
     read at ``D2 + et``; the buckets come from :func:`group_records` (same ``bound``: each
     topic's B). Kept (one row per target)."""
     thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
-    minima = _grouped_by(grouped, _THRESHOLD)
+    minima = grouped.where(F.col(_SET) == 1).groupBy(TOPIC, PARTITION, _THRESHOLD)
+    minima = minima.agg(*_lowest_offset())
     first = first_at_or_above(minima, partitions, thresholds).select(
         TOPIC,
         PARTITION,
@@ -399,7 +394,7 @@ def pane_windows(grouped: DataFrame, window: TumblingWindows | SlidingWindows) -
     """The panes holding a record (``_pane``, their start, from :func:`group_records`) and
     their windows, a row each, numbered ``_window_index`` 1, 2, ... by end. A few rows per
     window: kept."""
-    panes = _grouped_by(grouped, _PANE).select(_PANE)
+    panes = grouped.where(F.col(_SET) == 1).select(_PANE).distinct()
     windowed = window.assign(panes.withColumn(EVENT_TIME, F.col(_PANE)))
     by_end = Window.partitionBy(_PANE).orderBy(WINDOW_END)
     numbered = windowed.select(

@@ -46,8 +46,9 @@ def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
 def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
     # Sliding windows of 100 ms by 50, offset 10: panes of 50 start at 10 (mod 50) and so do
     # the windows' ends. B = 5: a window's reach threshold maxTs + B + 1 = end + 5 is 15
-    # (mod 50). p0: et 14 and 9 are below 15 (threshold -35; first offset 0), et 64 from 15.
-    # p1: et 15 from 15; 65 and 66 from 65, where offset 2 (et 66) is the first.
+    # (mod 50). p0: et 9 (pane -40) and 14 (pane 10) are below 15 (threshold -35), et 64
+    # from 15 (pane 60). p1: et 15 from 15 (pane 10); 65 and 66 from 65 (pane 60), where
+    # offset 2 (et 66) is the first.
     rows = [(0, 0, 14), (0, 1, 9), (0, 70, 64), (1, 3, 15), (1, 4, 65), (1, 2, 66)]
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
@@ -55,15 +56,25 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
     )
     window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
     grouped = first_offsets.group_records(records, window, {"t": 5})
-    minima = first_offsets._grouped_by(grouped, "_threshold").collect()
-    assert {(r[PARTITION], r["_threshold"]): (r[OFFSET], r[EVENT_TIME]) for r in minima} == {
-        (0, -35): (0, 14),
-        (0, 15): (70, 64),
-        (1, 15): (3, 15),
-        (1, 65): (2, 66),
+    buckets = grouped.where("_set = 1").collect()
+    assert {
+        (r[PARTITION], r["_threshold"], r["_pane"]): (r[OFFSET], r[EVENT_TIME]) for r in buckets
+    } == {
+        (0, -35, -40): (1, 9),
+        (0, -35, 10): (0, 14),
+        (0, 15, 60): (70, 64),
+        (1, 15, 10): (3, 15),
+        (1, 65, 60): (2, 66),
     }
-    panes = first_offsets._grouped_by(grouped, "_pane").collect()
-    assert sorted(r["_pane"] for r in panes) == [-40, 10, 60]  # et 9 is in [-40, 10)
+    panes = first_offsets.pane_windows(grouped, window)  # each pane is in two windows
+    assert sorted(tuple(r) for r in panes.collect()) == [
+        (-40, -90, 10, 1),
+        (-40, -40, 60, 2),
+        (10, -40, 60, 1),
+        (10, 10, 110, 2),
+        (60, 10, 110, 1),
+        (60, 60, 160, 2),
+    ]
     words, counts, _ = first_offsets.offset_words(grouped)
     assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in words.collect()} == {
         (0, 0): 0b11,
@@ -71,7 +82,8 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         (1, 0): 0b11100,
     }
     assert counts == {"records_read": 6, "duplicates_removed": 0}
-    grouped.unpersist()
+    for cached in (grouped, panes):
+        cached.unpersist()
 
 
 def test_a_record_read_after_the_windows_tick_is_dropped(spark):
