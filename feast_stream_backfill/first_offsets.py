@@ -67,6 +67,8 @@ MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
 _COPY_BITS, _SET = "_copy_bits", "_set"
+#: The groupings of :func:`group_records` (``_set``).
+_WORDS, _BUCKETS = 0, 1
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
@@ -77,13 +79,14 @@ def group_records(
     """Every record read once and grouped two ways in one hash aggregate, kept; ``_set`` says
     which grouping a row is of:
 
-    0. per (topic, partition, 64-offset word ``_word``): the offset bits (:func:`offset_words`);
-    1. per (topic, partition, ``_threshold``, ``_pane``): the lowest offset and its event time,
-       where ``_threshold`` is the highest ``end + B`` at or below the record's event time,
-       ``end`` on the grid windows end on (the panes') and B the topic's ``bound``: each
-       window's reach threshold ``maxTs + B + 1`` starts one of these buckets
-       (:func:`watermark_reaches`), and a record's pane is the other key
-       (:func:`pane_windows`); a bucket meets two panes at most.
+    - ``_WORDS``, per (topic, partition, 64-offset word ``_word``): the offset bits
+      (:func:`offset_words`);
+    - ``_BUCKETS``, per (topic, partition, ``_threshold``, ``_pane``): the lowest offset and its
+      event time, where ``_threshold`` is the highest ``end + B`` at or below the record's
+      event time, ``end`` on the grid windows end on (the panes') and B the topic's ``bound``:
+      each window's reach threshold ``maxTs + B + 1`` starts one of these buckets
+      (:func:`watermark_reaches`), and a record's pane is the other key
+      (:func:`pane_windows`); a bucket meets two panes at most.
 
     ``observed``: the records with their value checks observed (this is the pass that reads
     every record before the checks are verified). Each record is listed once per grouping by
@@ -94,18 +97,21 @@ def group_records(
     reach_grid = F.lit(window.offset_ms) + _per_topic(bound)
     threshold = F.col(EVENT_TIME) - F.pmod(F.col(EVENT_TIME) - reach_grid, F.lit(window.pane_ms))
     none = F.lit(None).cast("long")
-    keys = [(F.shiftright(OFFSET, 6), none, none), (none, threshold, pane_start(window))]
+    keys = {
+        _WORDS: (F.shiftright(OFFSET, 6), none, none),
+        _BUCKETS: (none, threshold, pane_start(window)),
+    }
     listed = F.array(
         *[
             F.struct(
-                F.lit(i).alias(_SET),
+                F.lit(grouping).alias(_SET),
                 F.col(TOPIC).alias(TOPIC),
                 F.col(PARTITION).alias(PARTITION),
                 word.alias(_WORD),
                 bucket.alias(_THRESHOLD),
                 pane.alias(_PANE),
             )
-            for i, (word, bucket, pane) in enumerate(keys)
+            for grouping, (word, bucket, pane) in keys.items()
         ]
     )
     return (
@@ -136,7 +142,7 @@ def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tu
     for every extra record, those are exactly the copied offsets. Otherwise (three copies of
     one offset) every offset of the word counts as copied (-1)."""
     words = (
-        grouped.where(F.col(_SET) == 0)
+        grouped.where(F.col(_SET) == _WORDS)
         .withColumn("_twice", F.col("_offset_bits").bitwiseXOR(F.col("_odd_bits")))
         .select(
             TOPIC,
@@ -350,7 +356,7 @@ def watermark_reaches(
     read at ``D2 + et``; the buckets come from :func:`group_records` (same ``bound``: each
     topic's B). Kept (one row per target)."""
     thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
-    minima = grouped.where(F.col(_SET) == 1).groupBy(TOPIC, PARTITION, _THRESHOLD)
+    minima = grouped.where(F.col(_SET) == _BUCKETS).groupBy(TOPIC, PARTITION, _THRESHOLD)
     minima = minima.agg(*_lowest_offset())
     first = first_at_or_above(minima, partitions, thresholds).select(
         TOPIC,
@@ -394,7 +400,7 @@ def pane_windows(grouped: DataFrame, window: TumblingWindows | SlidingWindows) -
     """The panes holding a record (``_pane``, their start, from :func:`group_records`) and
     their windows, a row each, numbered ``_window_index`` 1, 2, ... by end. A few rows per
     window: kept."""
-    panes = grouped.where(F.col(_SET) == 1).select(_PANE).distinct()
+    panes = grouped.where(F.col(_SET) == _BUCKETS).select(_PANE).distinct()
     windowed = window.assign(panes.withColumn(EVENT_TIME, F.col(_PANE)))
     by_end = Window.partitionBy(_PANE).orderBy(WINDOW_END)
     numbered = windowed.select(
