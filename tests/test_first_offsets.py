@@ -9,7 +9,7 @@ from feast_stream_backfill.backfill import sorts_nothing
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 from tests.reference_simulator import Job, Record
-from tests.test_differential import spark_backfill_with_stats, stream_job
+from tests.test_differential import run_backfill, spark_backfill_with_stats, stream_job
 
 
 @pytest.mark.parametrize("cells", [first_offsets.MAX_CELLS, 1, 3])
@@ -167,3 +167,22 @@ def test_a_sliding_window_record_dropped_from_its_earlier_window_only(spark):
         1,
         3,
     )
+
+
+def test_the_emission_log_reads_no_record_again(spark):
+    # Computing the status counts keeps the windows' aggregate: the emission log reads it,
+    # not the records. A cache Spark cannot match again (as one whose plan held grouping
+    # sets' Expand, under the log's self-join) makes it read every record a second time.
+    records = [
+        Record("t1", 0, offset, et, key, 1.0)
+        for offset, et, key in [(0, 50, "a"), (1, 120, "b"), (2, 60, "a"), (3, 145, "b")]
+    ]
+    job = Job(size=100, interval=50, min_delay=10)
+    result = run_backfill(spark, records, job)  # with the status counts
+    plan = result.emissions._jdf.queryExecution().sparkPlan()  # before adaptive execution
+    leaves = [plan.collectLeaves().apply(i) for i in range(plan.collectLeaves().size())]
+    read = [(leaf.nodeName(), leaf.output().toString()) for leaf in leaves]
+    assert any(name == "InMemoryTableScan" for name, _ in read), read
+    records = [(name, output) for name, output in read if "amount" in output]  # a payload column
+    assert all(name == "InMemoryTableScan" for name, _ in records), records
+    result.release()
