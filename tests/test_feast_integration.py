@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import redis
 from feast import FeatureStore
 from pyspark.sql import functions as F
 
@@ -147,14 +146,17 @@ def online(repo, users):
     return store.get_online_features(FEATURES, [{"user_id": u} for u in users]).to_dict()
 
 
-def redis_content(address: str) -> dict:
-    host, port = address.split(":")
-    client = redis.Redis(host=host, port=int(port))
-    return {k: client.hgetall(k) for k in sorted(client.keys())}
-
-
-def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
-    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:08:00", cwd=repo)
+def test_materialize_writes_what_the_job_had_written_at_end(repo):
+    # One view: each view costs a backfill and a write (user_fees_5m is materialized in the
+    # enriched view's test; reruns changing nothing: test_materialize).
+    feast(
+        "materialize",
+        "2026-01-01T00:00:00",
+        "2026-01-01T10:08:00",
+        "--views",
+        "user_spend_5m",
+        cwd=repo,
+    )
     result = online(repo, ["u1", "u2", "u3"])
     assert result["spend_5m"] == [35.0, 3.0, None]
     assert result["transactions_5m"] == [3, 1, None]
@@ -163,12 +165,8 @@ def test_materialize_writes_what_the_job_had_written_at_end(repo, redis_server):
     # The rest in this process (Feast's Python API, as a scheduler would call it): the CLI
     # path is the one above, and each feast command costs a JVM start.
     store = FeatureStore(repo_path=str(repo))
-    before = redis_content(redis_server)
-    store.materialize(t("00:00:00"), t("10:08:00"))
-    assert redis_content(redis_server) == before, "a rerun must leave Redis as it was"
-
     # Continues from 10:08: window [10:05, 10:10) fired at 10:10:30.
-    store.materialize_incremental(t("10:20:00"))
+    store.materialize_incremental(t("10:20:00"), ["user_spend_5m"])
     assert online(repo, ["u1", "u2"])["spend_5m"] == [4.0, 7.0]
 
     # Serving and training agree at 10:20 on every key and feature.
