@@ -285,8 +285,12 @@ def _per_status_by_offsets(
     for checks in read:  # on the pass that groups every record
         observed = checks.observe(observed)
     bound = {t.name: bounds.get(t.name, job.watermark.out_of_orderness_ms) for t in job.topics}
+    delay = job.processing_time.min_delay_ms
+    buckets = first_offsets.Buckets(
+        job.window.pane_ms, job.window.offset_ms, bound, job.watermark.interval_ms, delay
+    )
     with stage("processing time"):
-        grouped = first_offsets.group_records(observed, job.window, bound)
+        grouped = first_offsets.group_records(observed, job.window, buckets)
         words, counts, partitions = first_offsets.offset_words(grouped)
     distinct, kept_copies = records, []
     try:
@@ -298,15 +302,15 @@ def _per_status_by_offsets(
     except BadArchiveError:
         grouped.unpersist()
         raise
-    delay = job.processing_time.min_delay_ms
     with stage("watermark"):
         # copies share their record's windows and first offsets: no deduplication
         panes = first_offsets.pane_windows(grouped, job.window)
         targets = watermark_targets(panes, job.trigger).collect()
+        minima = first_offsets.bucket_minima(grouped)
         reaches = first_offsets.watermark_reaches(
-            grouped, partitions, [row[TARGET] for row in targets], job.watermark, delay, bound
+            minima, partitions, [row[TARGET] for row in targets], job.watermark, delay, bound
         )
-        drops = first_offsets.drop_offsets(records, partitions, reaches, delay)
+        drops = first_offsets.drop_offsets(minima, buckets, records, partitions, reaches)
     per_status = first_offsets.per_status(
         distinct,
         panes,

@@ -12,12 +12,13 @@ records, only *first offsets*:
   highest event time up to it is ``> T - D2``: iff its offset is at or after the partition's
   first offset with ``et >= T - D2 + 1``.
 
-First offsets per threshold are hash aggregates (:func:`first_records`): the lowest offset
-per (partition, bucket of event time between consecutive thresholds), then a suffix minimum
-over a partition's buckets, a few rows per window. The windows' thresholds lie on the pane
-grid, so their buckets come from the same read as the offset counts and the panes
-(:func:`group_records`); the ticks' thresholds, known only once the watermark has reached the
-windows, take a second read. Archived copies of a record share its offset and event time, so
+First offsets per threshold are hash aggregates: the lowest offset per (partition, bucket of
+event time), then a suffix minimum over a partition's buckets (:func:`first_at_or_above`), a
+few rows per window. The windows' thresholds lie on the pane grid, and a window's tick usually
+comes within a few ticks of its threshold, so both start buckets of the read that also counts
+the offsets and finds the panes (:class:`Buckets`, :func:`group_records`); a tick further on,
+known only once the watermark has reached the windows, takes a read of the records near it
+(:func:`range_minima`). Archived copies of a record share its offset and event time, so
 they change no first offset; only the windows' counts must see each record once
 (:func:`distinct_records`). The windows are aggregated a pane at a time
 (:func:`per_status`): a sliding window's records are grouped once, not once per window.
@@ -29,8 +30,8 @@ and per-record firings, enrichment.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -61,8 +62,8 @@ from feast_stream_backfill.windows import (
     pane_start,
 )
 
-#: Coarse cells of event time per bucket table: a broadcast of at most this many rows (plus one
-#: per threshold) per topic, however long the archive.
+#: Coarse cells of event time between the lowest and highest bound of :func:`range_minima`'s
+#: ranges (each listed in the cells it overlaps): a small broadcast, however long the archive.
 MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
@@ -72,9 +73,58 @@ _WORDS, _BUCKETS = 0, 1
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 
+#: Ticks after each window's reach threshold whose drop thresholds start a bucket
+#: (:class:`Buckets`, within half a pane).
+FINE_TICKS = 16
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Where the buckets of event time of :func:`group_records` start, per topic: at each
+    window's reach threshold ``end + B`` (``maxTs + B + 1``, ``end`` on the panes' grid, B the
+    topic's bound) and, within :data:`FINE_TICKS` ticks and half a pane after it (``fine_ms``),
+    at each tick ``T``'s drop threshold ``T - D2 + 1``. Where a window's tick is that close (a
+    partition rarely waits long for its first record past a threshold), its drops are read
+    from these buckets too. A partition has at most 17 buckets per pane (where the panes are
+    short, 1 + pane / (2 x tick)): a few rows per pane, not per record."""
+
+    pane_ms: int
+    offset_ms: int
+    bound: Mapping[str, int]
+    tick_ms: int
+    delay_ms: int
+
+    @property
+    def fine_ms(self) -> int:
+        """How far after a reach threshold the ticks' drop thresholds start buckets."""
+        return min(FINE_TICKS * self.tick_ms, self.pane_ms // 2)
+
+    def start(self) -> Column:
+        """The start of the record's bucket: the highest start at or below its event time."""
+        et = F.col(EVENT_TIME)
+        reach = et - F.pmod(et - (self.offset_ms + _per_topic(self.bound)), F.lit(self.pane_ms))
+        fine = F.least(et, reach + (self.fine_ms - 1))
+        tick = fine - F.pmod(fine - (1 - self.delay_ms), F.lit(self.tick_ms))
+        return F.greatest(reach, tick)
+
+    def _reach(self, topic: str, value: int) -> int:
+        """The highest reach threshold at or below ``value``."""
+        return value - (value - self.offset_ms - self.bound[topic]) % self.pane_ms
+
+    def starts_at(self, topic: str, value: int) -> bool:
+        """Does a bucket of ``topic`` start at ``value`` (then the thresholds at ``value`` are
+        answered from the buckets, :func:`first_at_or_above`)?"""
+        reach = self._reach(topic, value)
+        on_tick = (value - (1 - self.delay_ms)) % self.tick_ms == 0
+        return value == reach or (on_tick and value - reach < self.fine_ms)
+
+    def next_reach(self, topic: str, value: int) -> int:
+        """The lowest reach threshold above ``value``: a bucket starts there."""
+        return self._reach(topic, value) + self.pane_ms
+
 
 def group_records(
-    observed: DataFrame, window: TumblingWindows | SlidingWindows, bound: Mapping[str, int]
+    observed: DataFrame, window: TumblingWindows | SlidingWindows, buckets: Buckets
 ) -> DataFrame:
     """Every record read once and grouped two ways in one hash aggregate, kept; ``_set`` says
     which grouping a row is of:
@@ -82,10 +132,9 @@ def group_records(
     - ``_WORDS``, per (topic, partition, 64-offset word ``_word``): the offset bits
       (:func:`offset_words`);
     - ``_BUCKETS``, per (topic, partition, ``_threshold``, ``_pane``): the lowest offset and its
-      event time, where ``_threshold`` is the highest ``end + B`` at or below the record's
-      event time, ``end`` on the grid windows end on (the panes') and B the topic's ``bound``:
-      each window's reach threshold ``maxTs + B + 1`` starts one of these buckets
-      (:func:`watermark_reaches`), and a record's pane is the other key
+      event time, ``_threshold`` the start of the record's bucket (:class:`Buckets`): each
+      window's reach threshold starts one (:func:`watermark_reaches`), and so do most ticks'
+      drop thresholds (:func:`drop_offsets`); a record's pane is the other key
       (:func:`pane_windows`); a bucket meets two panes at most.
 
     ``observed``: the records with their value checks observed (this is the pass that reads
@@ -94,12 +143,10 @@ def group_records(
     not found again where a self-join renames its columns (the emission log's does), and
     everything read from it was computed again."""
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
-    reach_grid = F.lit(window.offset_ms) + _per_topic(bound)
-    threshold = F.col(EVENT_TIME) - F.pmod(F.col(EVENT_TIME) - reach_grid, F.lit(window.pane_ms))
     none = F.lit(None).cast("long")
     keys = {
         _WORDS: (F.shiftright(OFFSET, 6), none, none),
-        _BUCKETS: (none, threshold, pane_start(window)),
+        _BUCKETS: (none, buckets.start(), pane_start(window)),
     }
     listed = F.array(
         *[
@@ -131,6 +178,13 @@ def _lowest_offset() -> list[Column]:
     """The lowest offset and its event time, as aggregates: not min(struct), whose buffer is
     not hash-aggregated (a sort of every record)."""
     return [F.min(OFFSET).alias(OFFSET), F.min_by(EVENT_TIME, OFFSET).alias(EVENT_TIME)]
+
+
+def bucket_minima(grouped: DataFrame) -> DataFrame:
+    """The lowest offset (and its event time) per (topic, partition, ``_threshold``) of
+    :func:`group_records`' buckets, for :func:`first_at_or_above`."""
+    minima = grouped.where(F.col(_SET) == _BUCKETS).groupBy(TOPIC, PARTITION, _THRESHOLD)
+    return minima.agg(*_lowest_offset())
 
 
 def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
@@ -209,39 +263,17 @@ def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, l
     return single.unionByName(copies.select(*records.columns)), [copies, with_copies]
 
 
-def first_records(
-    records: DataFrame,
-    partitions: Sequence[tuple[str, int]],
-    thresholds: Mapping[str, Sequence[int]],
-) -> DataFrame:
-    """For each (topic, partition) of ``partitions`` and each of its topic's ``thresholds``
-    (``_threshold``): ``_first``, the struct (offset, event time) of the partition's first
-    record with ``et >= _threshold``, null where there is none.
-
-    Each record goes to a bucket, the lowest offset per (partition, bucket) is kept, and a
-    suffix minimum over a partition's buckets (:func:`first_at_or_above`) answers every
-    threshold. Thresholds on a grid of at most :data:`MAX_CELLS` cells bucket by arithmetic;
-    others (the ticks) by the highest threshold at or below the record's event time, found by
-    a broadcast join on a coarse cell of event time, which lists each bucket in every cell it
-    overlaps."""
-    levels = {topic: sorted(set(values)) for topic, values in thresholds.items() if values}
-    grids = {topic: _grid(values) for topic, values in levels.items()}
-    if levels and all(grids.values()):
-        located = _by_grid(records, levels, grids)
-    else:
-        located = _by_bucket_join(records, levels)
-    minima = located.groupBy(TOPIC, PARTITION, _THRESHOLD).agg(*_lowest_offset())
-    return first_at_or_above(minima, partitions, levels)
-
-
 def first_at_or_above(
     minima: DataFrame,
     partitions: Sequence[tuple[str, int]],
     thresholds: Mapping[str, Sequence[int]],
 ) -> DataFrame:
-    """:func:`first_records` from the lowest offset (and its event time) per (topic,
-    partition, bucket from ``_threshold`` up to the next): every threshold must start a
-    bucket."""
+    """For each (topic, partition) of ``partitions`` and each of its topic's ``thresholds``
+    (``_threshold``): ``_first``, the struct (offset, event time) of the partition's first
+    record with ``et >= _threshold``, null where there is none; from ``minima``, the lowest
+    offset (and its event time) per (topic, partition, bucket from ``_threshold``). Every
+    record at or above a threshold must be in a bucket starting at or above it; buckets may
+    overlap."""
     spark = minima.sparkSession
     wanted = spark.createDataFrame(
         [
@@ -279,13 +311,6 @@ def first_at_or_above(
     return swept.where("_wanted").drop("_wanted")
 
 
-def _grid(values: Sequence[int]) -> int | None:
-    """The step of the grid the sorted ``values`` lie on, if it has at most
-    :data:`MAX_CELLS` cells between them."""
-    step = math.gcd(*(value - values[0] for value in values)) or 1
-    return step if (values[-1] - values[0]) // step < MAX_CELLS else None
-
-
 def _per_topic(values: Mapping[str, int]) -> Column:
     """The value of the record's topic (the topics are few)."""
     column = F.lit(None).cast("long")
@@ -294,56 +319,45 @@ def _per_topic(values: Mapping[str, int]) -> Column:
     return column
 
 
-def _by_grid(
-    records: DataFrame, levels: Mapping[str, Sequence[int]], grids: Mapping[str, int]
-) -> DataFrame:
-    """Records with ``_threshold``: the highest grid point at or below their event time
-    (capped at the topic's highest threshold); records below the lowest are left out."""
-    low = _per_topic({topic: values[0] for topic, values in levels.items()})
-    step = _per_topic(grids)
-    cells = _per_topic({t: (v[-1] - v[0]) // grids[t] for t, v in levels.items()})
-    above = F.col(EVENT_TIME) - low
-    cell = F.least((above - F.pmod(above, step)) / step, cells).cast("long")  # exact
-    return records.where(F.col(EVENT_TIME) >= low).select(
-        TOPIC, PARTITION, OFFSET, EVENT_TIME, (low + cell * step).alias(_THRESHOLD)
-    )
-
-
-def _by_bucket_join(records: DataFrame, levels: Mapping[str, Sequence[int]]) -> DataFrame:
-    """Records with ``_threshold``: the highest threshold at or below their event time;
-    records below the lowest are left out."""
+def range_minima(records: DataFrame, ranges: Mapping[str, Sequence[tuple[int, int]]]) -> DataFrame:
+    """The lowest offset (and its event time) per (topic, partition, range ``[lo, hi)`` of the
+    topic's ``ranges``, as ``_threshold`` = lo): buckets for :func:`first_at_or_above` read
+    from the records. A record goes to each range holding its event time, found by a broadcast
+    join on a coarse cell of event time (at most :data:`MAX_CELLS`), which lists each range in
+    every cell it overlaps."""
     spark = records.sparkSession
-    if not levels:
-        return records.where(F.lit(False)).select(
-            TOPIC, PARTITION, OFFSET, EVENT_TIME, F.lit(None).cast("long").alias(_THRESHOLD)
-        )
-    low = min(values[0] for values in levels.values())
-    high = max(values[-1] for values in levels.values())
-    width = -(-(high - low + 1) // MAX_CELLS)
-    last_cell = (high - low) // width
-    rows = []
-    for topic, values in levels.items():
-        for lo, hi in zip(values, [*values[1:], None], strict=True):
-            to = last_cell if hi is None else (hi - 1 - low) // width
-            rows += [(topic, cell, lo, hi) for cell in range((lo - low) // width, to + 1)]
-    buckets = spark.createDataFrame(rows, "_b_topic string, _b_cell long, _lo long, _hi long")
-    cell = F.least(F.expr(f"({EVENT_TIME} - {low}) div {width}"), F.lit(last_cell))
-    located = records.where(F.col(EVENT_TIME) >= low).select(
-        TOPIC, PARTITION, OFFSET, EVENT_TIME, cell.alias("_et_cell")
+    low = min(lo for pairs in ranges.values() for lo, _ in pairs)
+    high = max(hi for pairs in ranges.values() for _, hi in pairs)
+    width = -(-(high - low) // MAX_CELLS)
+    rows = [
+        (topic, cell, lo, hi)
+        for topic, pairs in ranges.items()
+        for lo, hi in pairs
+        for cell in range((lo - low) // width, (hi - 1 - low) // width + 1)
+    ]
+    cells = spark.createDataFrame(rows, "_r_topic string, _r_cell long, _lo long, _hi long")
+    located = records.where((F.col(EVENT_TIME) >= low) & (F.col(EVENT_TIME) < high)).select(
+        TOPIC,
+        PARTITION,
+        OFFSET,
+        EVENT_TIME,
+        F.expr(f"({EVENT_TIME} - {low}) div {width}").alias("_et_cell"),
     )
-    in_bucket = (
-        (F.col(TOPIC) == F.col("_b_topic"))
-        & (F.col("_et_cell") == F.col("_b_cell"))
+    in_range = (
+        (F.col(TOPIC) == F.col("_r_topic"))
+        & (F.col("_et_cell") == F.col("_r_cell"))
         & (F.col(EVENT_TIME) >= F.col("_lo"))
-        & (F.col("_hi").isNull() | (F.col(EVENT_TIME) < F.col("_hi")))
+        & (F.col(EVENT_TIME) < F.col("_hi"))
     )
-    return located.join(F.broadcast(buckets), in_bucket).select(
-        TOPIC, PARTITION, OFFSET, EVENT_TIME, F.col("_lo").alias(_THRESHOLD)
+    return (
+        located.join(F.broadcast(cells), in_range)
+        .groupBy(TOPIC, PARTITION, F.col("_lo").alias(_THRESHOLD))
+        .agg(*_lowest_offset())
     )
 
 
 def watermark_reaches(
-    grouped: DataFrame,
+    minima: DataFrame,
     partitions: Sequence[tuple[str, int]],
     targets: Sequence[int],
     strategy: WatermarkStrategy,
@@ -353,11 +367,9 @@ def watermark_reaches(
     """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
     and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
     the archive ends. A partition reaches ``x`` at the first record with ``et >= x + B + 1``,
-    read at ``D2 + et``; the buckets come from :func:`group_records` (same ``bound``: each
-    topic's B). Kept (one row per target)."""
+    read at ``D2 + et``; ``minima``: :func:`bucket_minima` (same ``bound``: each topic's B).
+    Kept (one row per target)."""
     thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
-    minima = grouped.where(F.col(_SET) == _BUCKETS).groupBy(TOPIC, PARTITION, _THRESHOLD)
-    minima = minima.agg(*_lowest_offset())
     first = first_at_or_above(minima, partitions, thresholds).select(
         TOPIC,
         PARTITION,
@@ -375,14 +387,31 @@ def watermark_reaches(
 
 
 def drop_offsets(
-    records: DataFrame, partitions: Sequence[tuple[str, int]], reaches: DataFrame, delay_ms: int
+    minima: DataFrame,
+    buckets: Buckets,
+    records: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    reaches: DataFrame,
 ) -> DataFrame:
     """Per (topic, partition, ``_target``) reached: ``_drop_from``, the partition's first
     offset read after the target's tick ``T`` (first with ``et >= T - D2 + 1``; null: none),
-    and the tick as ``_fire_pos``. One row per partition and target: broadcast, kept."""
+    and the tick as ``_fire_pos``. One row per partition and target: broadcast, kept.
+
+    From ``minima`` (:func:`bucket_minima`), and where a tick's threshold starts no bucket
+    (a tick far from its window's reach threshold), from the ``records`` between it and the
+    next bucket start, the next reach threshold (a read that skips the others)."""
+    delay_ms = buckets.delay_ms
     times = reaches.select(F.col(POSITION)["time"]).distinct().collect()
-    after = [time - delay_ms + 1 for (time,) in times]
-    first = first_records(records, partitions, {topic: after for topic, _ in partitions})
+    after = {topic: [time - delay_ms + 1 for (time,) in times] for topic, _ in partitions}
+    ranges = {
+        topic: [
+            (v, buckets.next_reach(topic, v)) for v in values if not buckets.starts_at(topic, v)
+        ]
+        for topic, values in after.items()
+    }
+    if any(ranges.values()):  # a record in two ranges goes to both: a minimum does not mind
+        minima = minima.unionByName(range_minima(records, ranges))
+    first = first_at_or_above(minima, partitions, after)
     ticks = reaches.select(
         TARGET,
         (F.col(POSITION)["time"] - delay_ms + 1).alias(_THRESHOLD),

@@ -14,17 +14,32 @@ from tests.test_differential import run_backfill, spark_backfill_with_stats, str
 
 @pytest.mark.parametrize("cells", [first_offsets.MAX_CELLS, 1, 3])
 def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
-    # p0 in offset order: et 100, 50, 300, 120; p1: 130, then 40 at offset 5. The first record
-    # with et >= 120 in p0 is offset 2 (et 300): offset 3 has et 120 but comes later. With
-    # one or three coarse cells, buckets share cells and a record picks its own by et.
+    # p0 in offset order: et 100, 50, 300, 120; p1: 130, then 40 at offset 5. Buckets from
+    # the records in ranges, each starting at a threshold: the first record with et >= 120
+    # in p0 is offset 2 (et 300): offset 3 has et 120 but comes later. [301, 400) is empty.
+    # A bucket [45, 150) overlapping them changes nothing: a minimum. With one or three
+    # coarse cells, ranges share cells and a record picks its own by et.
     monkeypatch.setattr(first_offsets, "MAX_CELLS", cells)
     rows = [(0, 0, 100), (0, 1, 50), (0, 2, 300), (0, 3, 120), (1, 0, 130), (1, 5, 40)]
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
+    ranges = {"t": [(40, 60), (60, 120), (120, 121), (121, 301), (301, 400)]}
+    minima = first_offsets.range_minima(records, ranges)
+    assert sorted(tuple(r) for r in minima.collect()) == [
+        ("t", 0, 40, 1, 50),
+        ("t", 0, 60, 0, 100),
+        ("t", 0, 120, 3, 120),
+        ("t", 0, 121, 2, 300),
+        ("t", 1, 40, 5, 40),
+        ("t", 1, 121, 0, 130),
+    ]
+    overlapping = first_offsets.range_minima(records, {"t": [(45, 150)]})
     thresholds = {"t": [60, 120, 121, 301, 40]}
-    found = first_offsets.first_records(records, [("t", 0), ("t", 1)], thresholds)
+    found = first_offsets.first_at_or_above(
+        minima.unionByName(overlapping), [("t", 0), ("t", 1)], thresholds
+    )
     actual = {
         (r[PARTITION], r["_threshold"]): None if r["_first"] is None else tuple(r["_first"])
         for r in found.collect()
@@ -43,26 +58,62 @@ def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
     }
 
 
+def test_a_bucket_starts_where_starts_at_says(spark):
+    # Panes of 2000 from 10, B = 5: reach thresholds 15 (mod 2000). Ticks every 20, D2 = 7:
+    # drop thresholds T - 6 = 14 (mod 20); those of the 16 ticks after the reach threshold
+    # 15 are 34, 54, ..., 334 (< 15 + 16 x 20, within half a pane). 14 (1999 after -1985) and
+    # 354 start none.
+    buckets = first_offsets.Buckets(
+        pane_ms=2000, offset_ms=10, bound={"t": 5}, tick_ms=20, delay_ms=7
+    )
+    assert [buckets.starts_at("t", v) for v in (-1985, 14, 15, 34, 35, 334, 354, 2015)] == [
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
+    values = range(-2100, 2100)
+    events = spark.createDataFrame([("t", v) for v in values], f"{TOPIC} string, {EVENT_TIME} long")
+    start = dict(events.select(EVENT_TIME, buckets.start()).collect())
+    # 14 is in -1985's bucket from its 16th tick threshold, -1666 (< -1985 + 320)
+    assert [start[v] for v in (14, 15, 33, 34, 353, 2014, 2015)] == [
+        -1666,
+        15,
+        15,
+        34,
+        334,
+        334,
+        2015,
+    ]
+    assert [v for v in values if start[v] == v] == [v for v in values if buckets.starts_at("t", v)]
+
+
 def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
     # Sliding windows of 100 ms by 50, offset 10: panes of 50 start at 10 (mod 50) and so do
     # the windows' ends. B = 5: a window's reach threshold maxTs + B + 1 = end + 5 is 15
-    # (mod 50). p0: et 9 (pane -40) and 14 (pane 10) are below 15 (threshold -35), et 64
-    # from 15 (pane 60). p1: et 15 from 15 (pane 10); 65 and 66 from 65 (pane 60), where
-    # offset 2 (et 66) is the first.
+    # (mod 50). Ticks every 20 ms, D2 = 0: drop thresholds T + 1 = 1 (mod 20), those less
+    # than half a pane (25) after a reach threshold start buckets: -19, 21 (not 61: 46 after
+    # 15). p0: et 9 (pane -40) and 14 (pane 10) from -19, et 64 from 21 (pane 60). p1: et 15
+    # from 15 (pane 10); 65 and 66 from 65 (pane 60), where offset 2 (et 66) is the first.
     rows = [(0, 0, 14), (0, 1, 9), (0, 70, 64), (1, 3, 15), (1, 4, 65), (1, 2, 66)]
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
     window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
-    grouped = first_offsets.group_records(records, window, {"t": 5})
-    buckets = grouped.where("_set = 1").collect()
+    buckets = first_offsets.Buckets(window.pane_ms, window.offset_ms, {"t": 5}, 20, 0)
+    grouped = first_offsets.group_records(records, window, buckets)
+    rows = grouped.where("_set = 1").collect()
     assert {
-        (r[PARTITION], r["_threshold"], r["_pane"]): (r[OFFSET], r[EVENT_TIME]) for r in buckets
+        (r[PARTITION], r["_threshold"], r["_pane"]): (r[OFFSET], r[EVENT_TIME]) for r in rows
     } == {
-        (0, -35, -40): (1, 9),
-        (0, -35, 10): (0, 14),
-        (0, 15, 60): (70, 64),
+        (0, -19, -40): (1, 9),
+        (0, -19, 10): (0, 14),
+        (0, 21, 60): (70, 64),
         (1, 15, 10): (3, 15),
         (1, 65, 60): (2, 66),
     }
@@ -86,12 +137,22 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         cached.unpersist()
 
 
-def test_a_record_read_after_the_windows_tick_is_dropped(spark):
+@pytest.mark.parametrize("fine_ticks", [first_offsets.FINE_TICKS, 0])
+def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, fine_ticks):
     # D2 = 10, B = 0, ticks every 50 ms, one partition, windows of 100 ms. Read at
     # D2 + the highest et so far: o0 et 50 at 60, o1 et 120 at 130, o2 et 60 at 130,
     # o3 et 145 at 155, o4 et 70 at 155. [0, 100) needs et >= 100: o1, read at 130, so the
     # tick at 150 fires it (a: 1 + 4). o4 is read at 155, after that tick: it is at or after
     # the first offset with et >= 150 - 10 + 1 = 141 (o3): dropped. [100, 200) never fires.
+    # 141 starts a bucket of the grouped read (41 after the reach threshold 100, within 16
+    # ticks and half a window): no second read. With no fine ticks it starts none: the
+    # records in [141, 200) are read again.
+    monkeypatch.setattr(first_offsets, "FINE_TICKS", fine_ticks)
+    reads = []
+    range_minima = first_offsets.range_minima
+    monkeypatch.setattr(
+        first_offsets, "range_minima", lambda *args: reads.append(args[1]) or range_minima(*args)
+    )
     records = [
         Record("t1", 0, offset, et, key, value)
         for offset, et, key, value in [
@@ -112,6 +173,7 @@ def test_a_record_read_after_the_windows_tick_is_dropped(spark):
         1,
         2,
     )
+    assert reads == ([] if fine_ticks else [{"t1": [(141, 200)]}])
 
 
 def test_copied_offsets_are_found_per_word(spark):
@@ -123,7 +185,8 @@ def test_copied_offsets_are_found_per_word(spark):
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    grouped = first_offsets.group_records(records, TumblingWindows(size_ms=100), {"t": 0})
+    buckets = first_offsets.Buckets(100, 0, {"t": 0}, 200, 0)
+    grouped = first_offsets.group_records(records, TumblingWindows(size_ms=100), buckets)
     words, counts, partitions = first_offsets.offset_words(grouped)
     assert partitions == [("t", 0), ("t", 1)]
     bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
