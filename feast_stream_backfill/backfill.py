@@ -285,12 +285,11 @@ def _per_status_by_offsets(
     for checks in read:  # on the pass that groups every record
         observed = checks.observe(observed)
     bound = {t.name: bounds.get(t.name, job.watermark.out_of_orderness_ms) for t in job.topics}
-    delay = job.processing_time.min_delay_ms
     buckets = first_offsets.Buckets(
-        job.window.pane_ms, job.window.offset_ms, bound, job.watermark.interval_ms, delay
+        job.window, bound, job.watermark.interval_ms, job.processing_time.min_delay_ms
     )
     with stage("processing time"):
-        grouped = first_offsets.group_records(observed, job.window, buckets)
+        grouped = first_offsets.group_records(observed, buckets)
         words, counts, partitions = first_offsets.offset_words(grouped)
     distinct, kept_copies = records, []
     try:
@@ -308,7 +307,7 @@ def _per_status_by_offsets(
         targets = watermark_targets(panes, job.trigger).collect()
         minima = first_offsets.bucket_minima(grouped)
         reaches = first_offsets.watermark_reaches(
-            minima, partitions, [row[TARGET] for row in targets], job.watermark, delay, bound
+            minima, buckets, partitions, [row[TARGET] for row in targets], job.watermark
         )
         drops = first_offsets.drop_offsets(minima, buckets, records, partitions, reaches)
     per_status = first_offsets.per_status(

@@ -88,8 +88,7 @@ class Buckets:
     from these buckets too. A partition has at most 17 buckets per pane (where the panes are
     short, 1 + pane / (2 x tick)): a few rows per pane, not per record."""
 
-    pane_ms: int
-    offset_ms: int
+    window: TumblingWindows | SlidingWindows
     bound: Mapping[str, int]
     tick_ms: int
     delay_ms: int
@@ -97,19 +96,21 @@ class Buckets:
     @property
     def fine_ms(self) -> int:
         """How far after a reach threshold the ticks' drop thresholds start buckets."""
-        return min(FINE_TICKS * self.tick_ms, self.pane_ms // 2)
+        return min(FINE_TICKS * self.tick_ms, self.window.pane_ms // 2)
 
     def start(self) -> Column:
         """The start of the record's bucket: the highest start at or below its event time."""
         et = F.col(EVENT_TIME)
-        reach = et - F.pmod(et - (self.offset_ms + _per_topic(self.bound)), F.lit(self.pane_ms))
+        grid = self.window.offset_ms + _per_topic(self.bound)
+        reach = et - F.pmod(et - grid, F.lit(self.window.pane_ms))
         fine = F.least(et, reach + (self.fine_ms - 1))
         tick = fine - F.pmod(fine - (1 - self.delay_ms), F.lit(self.tick_ms))
         return F.greatest(reach, tick)
 
     def _reach(self, topic: str, value: int) -> int:
         """The highest reach threshold at or below ``value``."""
-        return value - (value - self.offset_ms - self.bound[topic]) % self.pane_ms
+        grid = self.window.offset_ms + self.bound[topic]
+        return value - (value - grid) % self.window.pane_ms
 
     def starts_at(self, topic: str, value: int) -> bool:
         """Does a bucket of ``topic`` start at ``value`` (then the thresholds at ``value`` are
@@ -120,12 +121,10 @@ class Buckets:
 
     def next_reach(self, topic: str, value: int) -> int:
         """The lowest reach threshold above ``value``: a bucket starts there."""
-        return self._reach(topic, value) + self.pane_ms
+        return self._reach(topic, value) + self.window.pane_ms
 
 
-def group_records(
-    observed: DataFrame, window: TumblingWindows | SlidingWindows, buckets: Buckets
-) -> DataFrame:
+def group_records(observed: DataFrame, buckets: Buckets) -> DataFrame:
     """Every record read once and grouped two ways in one hash aggregate, kept; ``_set`` says
     which grouping a row is of:
 
@@ -146,7 +145,7 @@ def group_records(
     none = F.lit(None).cast("long")
     keys = {
         _WORDS: (F.shiftright(OFFSET, 6), none, none),
-        _BUCKETS: (none, buckets.start(), pane_start(window)),
+        _BUCKETS: (none, buckets.start(), pane_start(buckets.window)),
     }
     listed = F.array(
         *[
@@ -358,23 +357,23 @@ def range_minima(records: DataFrame, ranges: Mapping[str, Sequence[tuple[int, in
 
 def watermark_reaches(
     minima: DataFrame,
+    buckets: Buckets,
     partitions: Sequence[tuple[str, int]],
     targets: Sequence[int],
     strategy: WatermarkStrategy,
-    delay_ms: int,
-    bound: Mapping[str, int],
 ) -> DataFrame:
     """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
     and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
     the archive ends. A partition reaches ``x`` at the first record with ``et >= x + B + 1``,
-    read at ``D2 + et``; ``minima``: :func:`bucket_minima` (same ``bound``: each topic's B).
-    Kept (one row per target)."""
+    read at ``D2 + et``; ``minima``: :func:`bucket_minima` of ``buckets`` (their B per topic,
+    their D2). Kept (one row per target)."""
+    bound = buckets.bound
     thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
     first = first_at_or_above(minima, partitions, thresholds).select(
         TOPIC,
         PARTITION,
         (F.col(_THRESHOLD) - _per_topic(bound) - 1).alias(TARGET),
-        (F.col(_FIRST)[EVENT_TIME] + delay_ms).alias(PROCESSING_TIME),
+        (F.col(_FIRST)[EVENT_TIME] + buckets.delay_ms).alias(PROCESSING_TIME),
         F.col(_FIRST)[OFFSET].alias(OFFSET),
     )
     per_partition = first.select(

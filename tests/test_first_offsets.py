@@ -63,9 +63,8 @@ def test_a_bucket_starts_where_starts_at_says(spark):
     # drop thresholds T - 6 = 14 (mod 20); those of the 16 ticks after the reach threshold
     # 15 are 34, 54, ..., 334 (< 15 + 16 x 20, within half a pane). 14 (1999 after -1985) and
     # 354 start none.
-    buckets = first_offsets.Buckets(
-        pane_ms=2000, offset_ms=10, bound={"t": 5}, tick_ms=20, delay_ms=7
-    )
+    window = TumblingWindows(size_ms=2000, offset_ms=10)
+    buckets = first_offsets.Buckets(window, bound={"t": 5}, tick_ms=20, delay_ms=7)
     assert [buckets.starts_at("t", v) for v in (-1985, 14, 15, 34, 35, 334, 354, 2015)] == [
         True,
         False,
@@ -105,8 +104,7 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
     window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
-    buckets = first_offsets.Buckets(window.pane_ms, window.offset_ms, {"t": 5}, 20, 0)
-    grouped = first_offsets.group_records(records, window, buckets)
+    grouped = first_offsets.group_records(records, first_offsets.Buckets(window, {"t": 5}, 20, 0))
     rows = grouped.where("_set = 1").collect()
     assert {
         (r[PARTITION], r["_threshold"], r["_pane"]): (r[OFFSET], r[EVENT_TIME]) for r in rows
@@ -185,8 +183,8 @@ def test_copied_offsets_are_found_per_word(spark):
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    buckets = first_offsets.Buckets(100, 0, {"t": 0}, 200, 0)
-    grouped = first_offsets.group_records(records, TumblingWindows(size_ms=100), buckets)
+    buckets = first_offsets.Buckets(TumblingWindows(size_ms=100), {"t": 0}, 200, 0)
+    grouped = first_offsets.group_records(records, buckets)
     words, counts, partitions = first_offsets.offset_words(grouped)
     assert partitions == [("t", 0), ("t", 1)]
     bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
