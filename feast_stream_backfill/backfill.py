@@ -16,6 +16,7 @@ from pyspark.sql.types import IntegralType
 from feast_stream_backfill import first_offsets
 from feast_stream_backfill.aggregations import LONG_OVERFLOW, Aggregation
 from feast_stream_backfill.columns import (
+    ARCHIVE_TIME,
     CONFLICT,
     DUPLICATE,
     EVENT_TIME,
@@ -189,9 +190,13 @@ def refusing_overflow(long_sums: Sequence[str]) -> Iterator[None]:
         raise
 
 
-def job_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, list[RecordChecks]]:
+def job_records(
+    spark: SparkSession, job: StreamJob, *, archive_time: bool = False
+) -> tuple[DataFrame, list[RecordChecks]]:
     """Every topic's records, normalized, with the columns the job reads, and each topic's value
-    checks: the caller observes them on its first pass over every record, then verifies."""
+    checks: the caller observes them on its first pass over every record, then verifies.
+    ``archive_time``: each topic's own event-time column too (``ARCHIVE_TIME``), so that a
+    filter on event times reaches the archive's reader (Parquet row groups, Delta files)."""
     refused = job.archive_keys if job.null_keys == "refuse" else []
     numeric = [
         a.column
@@ -202,9 +207,15 @@ def job_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, list[Re
         observed_records(spark, t, job.payload_columns, keys=refused, numeric=numeric)
         for t in job.topics
     ]
+    own_time = [
+        [F.col(t.timestamp_col).alias(ARCHIVE_TIME)] if archive_time else [] for t in job.topics
+    ]
     records = reduce(
         DataFrame.unionByName,
-        [df.select(TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns) for df, _ in read],
+        [
+            df.select(TOPIC, PARTITION, OFFSET, EVENT_TIME, *job.payload_columns, *own)
+            for (df, _), own in zip(read, own_time, strict=True)
+        ],
     )
     return records, [checks for _, checks in read]
 
@@ -280,7 +291,7 @@ def _per_status_by_offsets(
     """:func:`sorts_nothing`'s jobs: the counts, the records each once, the per-window
     aggregate by status (:func:`window_operator.by_status`'s), the watermark's reaches and
     what is kept for them."""
-    records, read = job_records(spark, job)
+    records, read = job_records(spark, job, archive_time=True)
     observed = records
     for checks in read:  # on the pass that groups every record
         observed = checks.observe(observed)

@@ -32,6 +32,11 @@ TOPIC = _column("_topic", "records", "the archived topic's name")
 PARTITION = _column("_partition", "records", "the Kafka partition")
 OFFSET = _column("_offset", "records", "the Kafka offset")
 EVENT_TIME = _column("_et", "records", "the record's event time, epoch ms")
+ARCHIVE_TIME = _column(
+    "_archive_et",
+    "records",
+    "the archive's own event-time column (a TIMESTAMP): a filter on it reaches the reader",
+)
 
 # processing_time
 PROCESSING_TIME = _column("_pt", "processing_time", "inferred processing time, epoch ms")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -39,6 +40,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
+    ARCHIVE_TIME,
     EVENT_TIME,
     FIRE_POSITION,
     OFFSET,
@@ -72,6 +74,9 @@ _COPY_BITS, _SET = "_copy_bits", "_set"
 _WORDS, _BUCKETS = 0, 1
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
+
+#: Event-time ranges per topic that :func:`range_minima` hands the archive's reader.
+MAX_PUSHED_RANGES = 32
 
 #: Ticks after each window's reach threshold whose drop thresholds start a bucket
 #: (:class:`Buckets`, within half a pane).
@@ -335,6 +340,8 @@ def range_minima(records: DataFrame, ranges: Mapping[str, Sequence[tuple[int, in
         for cell in range((lo - low) // width, (hi - 1 - low) // width + 1)
     ]
     cells = spark.createDataFrame(rows, "_r_topic string, _r_cell long, _lo long, _hi long")
+    if ARCHIVE_TIME in records.columns:
+        records = records.where(_archive_time_within(ranges))
     located = records.where((F.col(EVENT_TIME) >= low) & (F.col(EVENT_TIME) < high)).select(
         TOPIC,
         PARTITION,
@@ -353,6 +360,45 @@ def range_minima(records: DataFrame, ranges: Mapping[str, Sequence[tuple[int, in
         .groupBy(TOPIC, PARTITION, F.col("_lo").alias(_THRESHOLD))
         .agg(*_lowest_offset())
     )
+
+
+def _archive_time_within(ranges: Mapping[str, Sequence[tuple[int, int]]]) -> Column:
+    """The records of :func:`range_minima`'s ranges, as a filter on the archive's own
+    event-time column that its reader applies (Parquet row groups and Delta files whose times
+    lie outside are skipped), where ``EVENT_TIME`` (``unix_millis`` of it) is computed after
+    reading: ``unix_millis(t) >= lo`` iff ``t >= timestamp_millis(lo)`` (both floor to the
+    millisecond). At most :data:`MAX_PUSHED_RANGES` per topic are listed, the closest merged
+    first: a coarser filter keeps every record the exact one does, which still follows."""
+    time = F.col(ARCHIVE_TIME)
+    within = F.lit(False)
+    for topic, pairs in ranges.items():
+        merged = _merged(sorted(pairs), MAX_PUSHED_RANGES)
+        spans = [
+            (time >= F.timestamp_millis(F.lit(lo))) & (time < F.timestamp_millis(F.lit(hi)))
+            for lo, hi in merged
+        ]
+        within = within | ((F.col(TOPIC) == topic) & reduce(Column.__or__, spans))
+    return within
+
+
+def _merged(pairs: Sequence[tuple[int, int]], most: int) -> list[tuple[int, int]]:
+    """Sorted ``[lo, hi)`` ranges as at most ``most`` ranges covering them: overlapping ones
+    joined, then the smallest gaps closed."""
+    joined: list[tuple[int, int]] = []
+    for lo, hi in pairs:
+        if joined and lo <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(hi, joined[-1][1]))
+        else:
+            joined.append((lo, hi))
+    gaps = sorted(range(1, len(joined)), key=lambda i: joined[i][0] - joined[i - 1][1])
+    closed = set(gaps[: max(0, len(joined) - most)])
+    covering: list[tuple[int, int]] = []
+    for i, (lo, hi) in enumerate(joined):
+        if i in closed:
+            covering[-1] = (covering[-1][0], hi)
+        else:
+            covering.append((lo, hi))
+    return covering
 
 
 def watermark_reaches(

@@ -2,10 +2,13 @@
 hand-computed; ``tests/test_differential.py`` checks it against the simulator on random
 archives, and with the sorted path forced."""
 
-import pytest
+import re
 
-from feast_stream_backfill import first_offsets
-from feast_stream_backfill.backfill import sorts_nothing
+import pytest
+from pyspark.sql import functions as F
+
+from feast_stream_backfill import Aggregation, ArchivedTopic, StreamJob, first_offsets
+from feast_stream_backfill.backfill import job_records, sorts_nothing
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 from tests.reference_simulator import Job, Record
@@ -247,3 +250,44 @@ def test_the_emission_log_reads_no_record_again(spark):
     records = [(name, output) for name, output in read if "amount" in output]  # a payload column
     assert all(name == "InMemoryTableScan" for name, _ in records), records
     result.release()
+
+
+def test_a_far_ticks_read_filters_the_archives_own_event_time(spark, tmp_path):
+    # A Delta archive of two files: p0 at et 100, 120.999, 300.9 and 50 ms (offsets 0-3),
+    # then offsets 4-5 at 10,150 and 10,050 ms. Ranges [121, 301) and [10,100, 10,200): the
+    # first record of each is offset 2 (300.9 ms floors to 300) and offset 4; 120.999 ms
+    # floors to 120, outside. The filter on the archive's own column reaches the reader
+    # (Parquet and Delta skip what lies outside) and finds the same minima.
+    path = str(tmp_path / "archive")
+    for rows in ([(0, 100_000), (1, 120_999), (2, 300_900), (3, 50_000)],
+                 [(4, 10_150_000), (5, 10_050_000)]):  # fmt: skip
+        spark.createDataFrame(
+            [(0, offset, micros, "a", 1.0) for offset, micros in rows],
+            "partition int, offset long, micros long, user string, amount double",
+        ).select(
+            *["partition", "offset", F.timestamp_micros("micros").alias("event_time")],
+            *["user", "amount"],
+        ).write.format("delta").mode("append").save(path)
+    job = StreamJob(
+        topics=[ArchivedTopic("t", path=path)],
+        keys=["user"],
+        window=TumblingWindows(size_ms=100),
+        aggregations=[Aggregation("amount", "sum", "amount")],
+    )
+    records, _ = job_records(spark, job, archive_time=True)
+    minima = first_offsets.range_minima(records, {"t": [(121, 301), (10_100, 10_200)]})
+    assert sorted(tuple(r) for r in minima.collect()) == [
+        ("t", 0, 121, 2, 300),
+        ("t", 0, 10_100, 4, 10_150),
+    ]
+    plan = minima._jdf.queryExecution().executedPlan().toString()
+    scan = next(line for line in plan.splitlines() if "FileScan" in line)
+    assert re.search(r"DataFilters: \[.*\(event_time#\d+ >= 1970-01-01 00:00:00\.121\)", scan)
+
+
+def test_pushed_ranges_cover_every_range_closest_merged_first():
+    # Joined: [0, 20) (overlapping), [30, 40), [41, 50), [100, 110); gaps 10, 1, 50. Two
+    # ranges at most: the gaps of 1 and 10 are closed.
+    pairs = [(0, 10), (5, 20), (30, 40), (41, 50), (100, 110)]
+    assert first_offsets._merged(pairs, 2) == [(0, 50), (100, 110)]
+    assert first_offsets._merged(pairs, 10) == [(0, 20), (30, 40), (41, 50), (100, 110)]
