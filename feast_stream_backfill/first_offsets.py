@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -372,12 +371,9 @@ def _archive_time_within(ranges: Mapping[str, Sequence[tuple[int, int]]]) -> Col
     time = F.col(ARCHIVE_TIME)
     within = F.lit(False)
     for topic, pairs in ranges.items():
-        merged = _merged(sorted(pairs), MAX_PUSHED_RANGES)
-        spans = [
-            (time >= F.timestamp_millis(F.lit(lo))) & (time < F.timestamp_millis(F.lit(hi)))
-            for lo, hi in merged
-        ]
-        within = within | ((F.col(TOPIC) == topic) & reduce(Column.__or__, spans))
+        for lo, hi in _merged(sorted(pairs), MAX_PUSHED_RANGES):  # a topic may have none
+            span = (time >= F.timestamp_millis(F.lit(lo))) & (time < F.timestamp_millis(F.lit(hi)))
+            within = within | ((F.col(TOPIC) == topic) & span)
     return within
 
 
