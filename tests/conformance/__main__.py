@@ -23,8 +23,14 @@ from dataclasses import replace
 
 from tests.conformance import wall_clock
 from tests.conformance.harness import build, compare, flink_log, processing_order, run_flink
-from tests.conformance.scenarios import at_realistic_times, generated, hand_written, kind
-from tests.reference_simulator import Job, simulate
+from tests.conformance.scenarios import (
+    at_realistic_times,
+    generated,
+    hand_written,
+    kind,
+    unsorted,
+)
+from tests.reference_simulator import simulate
 
 
 def main() -> int:
@@ -116,22 +122,6 @@ def main() -> int:
         failed |= not _wall_clock(classpath, scenarios, timed, args.wall_clock, args.band)
     print(f"whole run {time.monotonic() - started:.1f} s")
     return 1 if failed else 0
-
-
-def unsorted(job: Job) -> Job:
-    """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
-    time, the default trigger without lateness, periodic watermarks (every 200 ms where the
-    job has none), D1 = 0, no idleness."""
-    return replace(
-        job,
-        domain="event",
-        trigger="default",
-        emission="periodic",
-        interval=job.interval or 200,
-        lateness=0,
-        min_gap=0,
-        idleness=0,
-    )
 
 
 def _wall_clock(classpath: str, scenarios, timed, scale: int, band: int) -> bool:

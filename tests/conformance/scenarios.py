@@ -338,3 +338,19 @@ def kind(scenario: Scenario) -> str:
 def at_realistic_times(scenario: Scenario) -> bool:
     """Event times near today (~1.77e12 ms), not near the epoch."""
     return min(r.et for r in scenario.records) >= 10**12
+
+
+def unsorted(job: Job) -> Job:
+    """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
+    time, the default trigger without lateness, periodic watermarks (every 200 ms where the
+    job has none), D1 = 0, no idleness."""
+    return replace(
+        job,
+        domain="event",
+        trigger="default",
+        emission="periodic",
+        interval=job.interval or 200,
+        lateness=0,
+        min_gap=0,
+        idleness=0,
+    )
