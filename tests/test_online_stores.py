@@ -20,7 +20,9 @@ Materialized over [10:00, 10:03]: u1 = 9 (2 records), u2 = 16 (1), u3 = 32 (1), 
 from __future__ import annotations
 
 import io
+import socket
 import sqlite3
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -46,7 +48,9 @@ from tqdm import tqdm
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
 from feast_stream_backfill.feast_plugin.compute_engine import write_online
 from feast_stream_backfill.feast_plugin.online_writer import (
+    LiveCounts,
     OnlineStoreWriteError,
+    RowsReporter,
     store_address,
     writes_from_driver,
 )
@@ -221,6 +225,74 @@ def test_a_network_store_feasts_writer_covers_is_written_from_the_executors(
     assert write_online(rows, view, store.config, timestamp="ts") == 2
     got = store.get_online_features(["blobs:blob"], [{"id": "a"}, {"id": "b"}]).to_dict()
     assert got["blob"] == [b"\x00\x01", b"\xff"]
+
+
+def test_redis_is_written_in_one_wave_of_tasks_and_the_bar_ends_exact(
+    spark, redis_server, tmp_path
+):
+    """A state of many small partitions is written by at most one task per core (each task
+    is a connection and a ramp; see ``write_online``), every row once."""
+    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
+    view = FeatureView(
+        name="waves",
+        entities=[entity],
+        ttl=timedelta(hours=1),
+        schema=[Field(name="id", dtype=String), Field(name="score", dtype=Float64)],
+        source=FileSource(path="unused", timestamp_field="ts"),
+    )
+    store = FeatureStore(
+        config=config(tmp_path, {"type": "redis", "connection_string": f"{redis_server},db=4"})
+    )
+    store.apply([entity, view])
+    rows = spark.range(0, 600, 1, 12).select(
+        F.format_string("k%03d", "id").alias("id"),
+        (F.col("id") / 4).alias("score"),
+        F.lit(t("10:00:00")).alias("ts"),
+    )
+    bars = []
+
+    def bar(total):
+        bars.append(tqdm(total=total, file=io.StringIO()))
+        return bars[-1]
+
+    assert write_online(rows, view, store.config, bar, timestamp="ts") == 600
+    (progress,) = bars
+    tasks = min(12, spark.sparkContext.defaultParallelism)
+    assert (progress.n, progress.postfix) == (600, f"{tasks} partitions done")
+    got = store.get_online_features(["waves:score"], [{"id": "k000"}, {"id": "k599"}]).to_dict()
+    assert got["score"] == [0.0, 149.75]
+
+
+def test_live_counts_take_each_partitions_latest_attempt_and_ignore_strangers(spark):
+    """What running writing tasks report (UDP to the driver), from real Spark tasks: each
+    partition's rows once, a retried partition by its latest attempt, a datagram without the
+    write's token or with garbage ignored."""
+    live = LiveCounts.for_session(spark)
+    assert live is not None
+    try:
+        address, token = live.address, live.token
+
+        def report(batches):
+            reporter = RowsReporter(address, token)
+            for batch in batches:
+                reporter(batch.num_rows, last=True)
+                yield batch
+
+        assert spark.range(0, 30, 1, 3).mapInArrow(report, "id long").count() == 30
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            for datagram in (
+                b"%s 0 1 4" % token.encode(),  # partition 0 again, its next attempt
+                b"%s 1 0 999" % token.encode()[::-1],  # not this write's
+                b"%s 2 x 999" % token.encode(),
+                b"garbage",
+            ):
+                sender.sendto(datagram, address)
+        deadline = time.monotonic() + 10
+        while live.value != 24 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert live.value == 24  # 4 (partition 0, attempt 1) + 10 + 10
+    finally:
+        live.close()
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 Redis gets the plugin's pipelined writer from the executors (:mod:`.redis_writer`); every other
 store gets Feast's own ``online_write_batch``. A network service (Postgres, DynamoDB, ...) is
-written from the executors, one store client per Spark partition. A store that is a file on the
+written from the executors, one store client per writing task. A store that is a file on the
 driver's machine (sqlite, or any store configured with a local ``path``: Milvus Lite, Qdrant's
 local mode) is written from the driver: executors on a cluster cannot see that file, and sqlite
 takes one writer at a time. Its rows reach the driver as Arrow batches (at most
@@ -14,7 +14,10 @@ Spark partition at a time, never collected whole; each batch is one ``online_wri
 from __future__ import annotations
 
 import re
+import secrets
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,8 +26,9 @@ from feast import FeatureView
 from feast.infra.passthrough_provider import PassthroughProvider
 from feast.repo_config import RepoConfig
 from feast.utils import _convert_arrow_to_proto
+from pyspark import TaskContext
 from pyspark.accumulators import Accumulator
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from tqdm import tqdm
 
 #: Configuration fields that say where a store is, most telling first.
@@ -144,9 +148,88 @@ class Tally:
         self.value += n
 
 
+class LiveCounts:
+    """The rows each running writing task has settled so far, as the tasks send them: UDP
+    datagrams ``<token> <partition> <attempt> <rows>`` to ``address`` on the driver. Spark
+    merges a task's accumulators only when it ends, and the writes run one task per core
+    (:func:`.compute_engine.write_online`), so without these a bar would move only at the end.
+    Fire and forget: a lost datagram holds the bar back until the task's accumulator arrives;
+    one without this write's token is ignored; a retried partition counts its latest attempt."""
+
+    def __init__(self, host: str) -> None:
+        self.token = secrets.token_hex(8)
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._socket.bind((host, 0))
+        self._socket.settimeout(0.2)
+        self.address: tuple[str, int] = (host, self._socket.getsockname()[1])
+        self._latest: dict[int, tuple[int, int]] = {}  # partition -> (attempt, rows)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_session(cls, spark: SparkSession) -> LiveCounts | None:
+        """Listening where the executors can send: the loopback in local mode, else the
+        driver's host (``spark.driver.host``); None where that cannot be bound."""
+        try:
+            if spark.sparkContext.master.startswith("local"):
+                return cls("127.0.0.1")
+            return cls(socket.gethostbyname(spark.conf.get("spark.driver.host")))
+        except OSError:
+            return None
+
+    @property
+    def value(self) -> int:
+        return sum(rows for _, rows in list(self._latest.values()))
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                fields = self._socket.recv(128).split()
+            except OSError:  # the timeout: look at the stop flag again
+                continue
+            if len(fields) != 4 or fields[0] != self.token.encode():
+                continue
+            try:
+                partition, attempt, rows = map(int, fields[1:])
+            except ValueError:
+                continue
+            if (attempt, rows) > self._latest.get(partition, (-1, -1)):
+                self._latest[partition] = (attempt, rows)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+
+class RowsReporter:
+    """A writing task's side of :class:`LiveCounts`: its rows settled, at most twice a
+    second (and when it ends)."""
+
+    def __init__(self, address: tuple[str, int], token: str) -> None:
+        task = TaskContext.get()
+        self._prefix = f"{token} {task.partitionId()} {task.attemptNumber()} " if task else ""
+        self._address, self._sent_at = address, 0.0
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def __call__(self, rows: int, last: bool = False) -> None:
+        now = time.monotonic()
+        if self._prefix and (last or now - self._sent_at >= 0.5):
+            self._sent_at = now
+            try:
+                self._socket.sendto(f"{self._prefix}{rows}".encode(), self._address)
+            except OSError:  # progress only: the accumulator still counts the task
+                pass
+        if last:
+            self._socket.close()
+
+
 class Progress:
     """A tqdm bar of keys written, fed from counters (Spark accumulators or :class:`Tally`) by
-    a daemon thread; ``parts`` counts finished partitions or batches, named by ``parts_name``."""
+    a daemon thread; ``parts`` counts finished partitions or batches, named by ``parts_name``.
+    With ``live`` (:class:`LiveCounts`) the bar also moves while tasks run; at the end it shows
+    ``written``, the exact count."""
 
     def __init__(
         self,
@@ -155,17 +238,22 @@ class Progress:
         parts: Tally | Accumulator,
         tqdm_builder: Callable[[int | None], tqdm] | None,
         parts_name: str = "partitions done",
+        live: LiveCounts | None = None,
     ) -> None:
         self._written, self._parts, self._parts_name = written, parts, parts_name
+        self._live = live
         self._bar = (tqdm_builder or (lambda total: tqdm(total=total, ncols=100)))(None)
         self._bar.set_description_str(name)
         self._bar.unit = " keys"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
-    def _refresh(self) -> None:
-        if self._written.value != self._bar.n:
-            self._bar.update(self._written.value - self._bar.n)
+    def _refresh(self, final: bool = False) -> None:
+        count = self._written.value
+        if self._live is not None and not final:
+            count = max(count, self._live.value)
+        if count != self._bar.n:
+            self._bar.update(count - self._bar.n)
             self._bar.set_postfix_str(f"{self._parts.value} {self._parts_name}")
 
     def _poll(self) -> None:
@@ -179,5 +267,5 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._refresh()
+        self._refresh(final=True)
         self._bar.close()
