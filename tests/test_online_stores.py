@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from tqdm import tqdm
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
-from feast_stream_backfill.feast_plugin.compute_engine import write_online
+from feast_stream_backfill.feast_plugin.compute_engine import _writing_tasks, write_online
 from feast_stream_backfill.feast_plugin.online_writer import (
     LiveCounts,
     OnlineStoreWriteError,
@@ -231,7 +231,8 @@ def test_redis_is_written_in_one_wave_of_tasks_and_the_bar_ends_exact(
     spark, redis_server, tmp_path
 ):
     """A state of many small partitions is written by at most one task per core (each task
-    is a connection and a ramp; see ``write_online``), every row once."""
+    is a connection and a ramp; see ``write_online``), one fewer with Redis on this machine's
+    loopback in local mode (it keeps a core), every row once."""
     entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
     view = FeatureView(
         name="waves",
@@ -257,10 +258,33 @@ def test_redis_is_written_in_one_wave_of_tasks_and_the_bar_ends_exact(
 
     assert write_online(rows, view, store.config, bar, timestamp="ts") == 600
     (progress,) = bars
-    tasks = min(12, spark.sparkContext.defaultParallelism)
-    assert (progress.n, progress.postfix) == (600, f"{tasks} partitions done")
+    cores = spark.sparkContext.defaultParallelism
+    assert redis_server.startswith("127.0.0.1") and spark.sparkContext.master.startswith("local")
+    assert (progress.n, progress.postfix) == (600, f"{max(cores - 1, 1)} partitions done")
     got = store.get_online_features(["waves:score"], [{"id": "k000"}, {"id": "k599"}]).to_dict()
     assert got["score"] == [0.0, 149.75]
+
+
+@pytest.mark.parametrize(
+    ("online_store", "keeps_a_core"),
+    [
+        ({"type": "redis", "connection_string": "localhost:6379,db=2"}, True),
+        ({"type": "redis", "connection_string": "127.0.0.1:6379"}, True),
+        ({"type": "redis", "connection_string": "10.1.2.3:6379,password=x"}, False),
+        ({"type": "sqlite", "path": "online.db"}, False),
+    ],
+)
+def test_a_local_redis_keeps_a_core_from_the_writers(spark, online_store, keeps_a_core):
+    repo_config = RepoConfig(
+        project="p",
+        provider="local",
+        registry="/tmp/registry.db",
+        online_store=online_store,
+        entity_key_serialization_version=3,
+    )
+    cores = spark.sparkContext.defaultParallelism
+    expected = cores - 1 if keeps_a_core and cores > 1 else cores
+    assert _writing_tasks(spark, repo_config) == expected
 
 
 def test_live_counts_take_each_partitions_latest_attempt_and_ignore_strangers(spark):

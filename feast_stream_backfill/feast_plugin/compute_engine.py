@@ -19,7 +19,9 @@ the same rows again.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -65,7 +67,11 @@ from feast_stream_backfill.feast_plugin.online_writer import (
 from feast_stream_backfill.feast_plugin.online_writer import (
     check_online_store as _check_online_store,
 )
-from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter, supports
+from feast_stream_backfill.feast_plugin.redis_writer import (
+    RedisBatchWriter,
+    connection_kwargs,
+    supports,
+)
 from feast_stream_backfill.online_state import state_at
 
 
@@ -277,6 +283,26 @@ def _write_partition(
     yield pa.RecordBatch.from_pydict({"written": [rows], "error": [error]}, schema=_REPORT)
 
 
+def _writing_tasks(spark: SparkSession, config: RepoConfig) -> int:
+    """One writing task per executor core, less one in local mode when Redis is on this
+    machine's loopback: Redis runs commands on one thread, and with a writer on every core
+    the OS makes that thread, which every writer waits for, take turns with them. A writer
+    outruns Redis on its own (2M keys, 2 cores: one writer 86-89% of redis-benchmark's rate
+    for the same rows, two 81-85%; ``bench.materialize_bench``)."""
+    cores = spark.sparkContext.defaultParallelism
+    store = config.online_store
+    if cores < 2 or not spark.sparkContext.master.startswith("local"):
+        return cores
+    if getattr(store, "type", None) != "redis":
+        return cores
+    try:
+        host = connection_kwargs(store.connection_string)["host"]
+        on_loopback = ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError, IndexError, KeyError):
+        return cores
+    return cores - 1 if on_loopback else cores
+
+
 def write_online(
     state: DataFrame,
     view: FeatureView,
@@ -293,7 +319,7 @@ def write_online(
 
     A store that is a local file (sqlite) is written from the driver, in Arrow batches streamed
     a partition at a time (:mod:`.online_writer`); any other store from the executors, at most
-    one writing task per executor core (``defaultParallelism``): the write is one wave. Each
+    one writing task per executor core (:func:`_writing_tasks`): the write is one wave. Each
     task costs a connection, its closure and the pipeline's ramp, and tasks of the same wave
     restart together, leaving Redis idle: a 2M-key state cached in 200 partitions wrote at 34%
     of what Redis takes, in 8 partitions at 70-75%, in one wave at 83-92% (2 cores,
@@ -330,7 +356,7 @@ def write_online(
     try:
         with Progress(view.name, written, partitions, tqdm_builder, live=live):
             total, error = (
-                rows.coalesce(context.defaultParallelism)
+                rows.coalesce(_writing_tasks(rows.sparkSession, config))
                 .mapInArrow(writer, _REPORT_DDL)
                 .agg(F.sum("written"), F.first("error", ignorenulls=True))
                 .first()

@@ -208,7 +208,7 @@ class RedisBatchWriter:
         self._dedup = not store.skip_dedup
         self._ttl = store.key_ttl_seconds
         self.address = without_credentials(store.connection_string)
-        self._client = Redis(**_connection_kwargs(store.connection_string))
+        self._client = Redis(**connection_kwargs(store.connection_string))
         self._connection = None
         self._chunk, self._buffer = bytearray(1 << 20), bytearray()
         self._expected: deque[tuple[str, int]] = deque()  # reply groups owed, in send order
@@ -391,7 +391,7 @@ class RedisBatchWriter:
             self._connection = None
 
 
-def _connection_kwargs(connection_string: str) -> dict:
+def connection_kwargs(connection_string: str) -> dict:
     """``host:port,param=value,...`` as Feast's ``RedisOnlineStore`` parses it."""
     from feast.infra.online_stores.redis import RedisOnlineStore
 
