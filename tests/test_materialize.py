@@ -527,7 +527,7 @@ def test_a_partition_writes_all_its_batches_on_one_connection(repo, servers):
     before = server.client.info("stats")["total_connections_received"]
     written, partitions = _Counter(), _Counter()
     config, proto = dill.dumps(store.config), view.to_proto().SerializeToString()
-    out = list(_write_partition(config, proto, True, 1, written, partitions, iter(batches)))
+    out = list(_write_partition(config, proto, True, 1, written, partitions, None, iter(batches)))
     assert server.client.info("stats")["total_connections_received"] - before == 1
     assert out[0].to_pydict() == {"written": [500], "error": [None]}
     assert (written.value, partitions.value, server.client.dbsize()) == (500, 1, 500)

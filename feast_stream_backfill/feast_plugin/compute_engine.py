@@ -355,20 +355,22 @@ def write_online(
     )
     try:
         with Progress(view.name, written, partitions, tqdm_builder, live=live):
-            total, error = (
+            # a row per task: summed here, not by a Spark aggregate (a stage more)
+            reports = (
                 rows.coalesce(_writing_tasks(rows.sparkSession, config))
                 .mapInArrow(writer, _REPORT_DDL)
-                .agg(F.sum("written"), F.first("error", ignorenulls=True))
-                .first()
+                .collect()
             )
     except Exception as exc:
         raise write_failed(view.name, config, written.value, exc) from exc
     finally:
         if live:
             live.close()
+    total = sum(report["written"] for report in reports)
+    error = next((report["error"] for report in reports if report["error"] is not None), None)
     if error is not None:
-        raise write_failed(view.name, config, int(total), RuntimeError(error))
-    return int(total or 0)
+        raise write_failed(view.name, config, total, RuntimeError(error))
+    return total
 
 
 def _write_from_driver(
