@@ -3,9 +3,11 @@
 * ``redis-benchmark -t hset -P 100 -n N -r N -q``: pipelined HSETs from C, each one field into
   one hash: the issue's yardstick;
 * the plugin's writer (``compute_engine.write_online``: the mapInArrow writer ``feast
-  materialize`` runs), writing a cached state of ``--keys`` keys (3 features) from the Spark
-  executors into an empty Redis, with ``skip_dedup: true`` (HSET only) and with Feast's rule
-  (``HMGET _ts`` first, every key written), then again (every key read, none rewritten);
+  materialize`` runs), writing a cached state of ``--keys`` keys (3 features, in
+  ``--partitions`` partitions, which the writer merges into one task per core, one fewer for
+  this local Redis) from the Spark executors into an empty Redis, with ``skip_dedup: true``
+  (HSET only) and with Feast's rule (``HMGET _ts`` first, every key written), then again
+  (every key read, none rewritten);
 * ``redis-benchmark`` sending an HSET of the same sizes as a row the plugin stored (a new key,
   keys drawn from 2e9, with ``_ts`` and the feature fields, each under its own name): the
   ceiling for Feast's row format on this server (and, for comparison with earlier runs, the
