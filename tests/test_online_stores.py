@@ -23,6 +23,7 @@ import io
 import socket
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -71,6 +72,30 @@ OFFLINE = "feast_stream_backfill.feast_plugin.offline_store.StreamBackfillOfflin
 
 def t(hms: str) -> datetime:
     return datetime.fromisoformat(f"2026-01-01T{hms}+00:00")
+
+
+def keyed_by_id(name: str, feature: Field) -> tuple[Entity, FeatureView]:
+    """A batch view of one feature keyed by ``id``, its timestamp ``ts``."""
+    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
+    view = FeatureView(
+        name=name,
+        entities=[entity],
+        ttl=timedelta(hours=1),
+        schema=[Field(name="id", dtype=String), feature],
+        source=FileSource(path="unused", timestamp_field="ts"),
+    )
+    return entity, view
+
+
+def recording_bars() -> tuple[list[tqdm], Callable[[int | None], tqdm]]:
+    """A ``tqdm_builder`` whose bars write to memory, and the bars it built."""
+    bars: list[tqdm] = []
+
+    def bar(total: int | None) -> tqdm:
+        bars.append(tqdm(total=total, file=io.StringIO()))
+        return bars[-1]
+
+    return bars, bar
 
 
 def objects(archive: Path) -> list:
@@ -205,14 +230,7 @@ def test_a_network_store_feasts_writer_covers_is_written_from_the_executors(
 ):
     """Bytes features are not the Redis writer's: Feast's ``online_write_batch`` writes them,
     from the executors."""
-    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
-    view = FeatureView(
-        name="blobs",
-        entities=[entity],
-        ttl=timedelta(hours=1),
-        schema=[Field(name="id", dtype=String), Field(name="blob", dtype=Bytes)],
-        source=FileSource(path="unused", timestamp_field="ts"),
-    )
+    entity, view = keyed_by_id("blobs", Field(name="blob", dtype=Bytes))
     store = FeatureStore(
         config=config(tmp_path, {"type": "redis", "connection_string": f"{redis_server},db=3"})
     )
@@ -233,14 +251,7 @@ def test_redis_is_written_in_one_wave_of_tasks_and_the_bar_ends_exact(
     """A state of many small partitions is written by at most one task per core (each task
     is a connection and a ramp; see ``write_online``), one fewer with Redis on this machine's
     loopback in local mode (it keeps a core), every row once."""
-    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
-    view = FeatureView(
-        name="waves",
-        entities=[entity],
-        ttl=timedelta(hours=1),
-        schema=[Field(name="id", dtype=String), Field(name="score", dtype=Float64)],
-        source=FileSource(path="unused", timestamp_field="ts"),
-    )
+    entity, view = keyed_by_id("waves", Field(name="score", dtype=Float64))
     store = FeatureStore(
         config=config(tmp_path, {"type": "redis", "connection_string": f"{redis_server},db=4"})
     )
@@ -250,11 +261,7 @@ def test_redis_is_written_in_one_wave_of_tasks_and_the_bar_ends_exact(
         (F.col("id") / 4).alias("score"),
         F.lit(t("10:00:00")).alias("ts"),
     )
-    bars = []
-
-    def bar(total):
-        bars.append(tqdm(total=total, file=io.StringIO()))
-        return bars[-1]
+    bars, bar = recording_bars()
 
     assert write_online(rows, view, store.config, bar, timestamp="ts") == 600
     (progress,) = bars
@@ -358,25 +365,14 @@ def test_deleting_the_view_removes_its_emission_log(stores, archive):
 def test_a_file_store_is_written_from_the_driver_in_bounded_batches_with_progress(spark, tmp_path):
     """Three rows in one partition, at most two rows per Arrow batch: two ``online_write_batch``
     calls, counted by the same progress bar as the executors' writes."""
-    entity = Entity(name="e", join_keys=["id"], value_type=ValueType.STRING)
-    view = FeatureView(
-        name="scores",
-        entities=[entity],
-        ttl=timedelta(hours=1),
-        schema=[Field(name="id", dtype=String), Field(name="score", dtype=Float64)],
-        source=FileSource(path="unused", timestamp_field="ts"),
-    )
+    entity, view = keyed_by_id("scores", Field(name="score", dtype=Float64))
     store = FeatureStore(config=config(tmp_path, {"type": "sqlite", "path": "online.db"}))
     store.apply([entity, view])
     rows = spark.createDataFrame(
         [("a", 1.0, t("10:00:00")), ("b", 2.5, t("10:00:01")), ("c", None, t("10:00:02"))],
         "id string, score double, ts timestamp",
     ).coalesce(1)
-    bars = []
-
-    def bar(total):
-        bars.append(tqdm(total=total, file=io.StringIO()))
-        return bars[-1]
+    bars, bar = recording_bars()
 
     before = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
