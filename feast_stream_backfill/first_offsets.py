@@ -73,6 +73,12 @@ _COPY_BITS, _SET = "_copy_bits", "_set"
 _WORDS, _BUCKETS = 0, 1
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
+_CHUNK = "_chunk"
+
+#: Sliding windows are merged where their panes land: per key and chunk of this many windows'
+#: sizes, so that a hot key still spreads over tasks and only a pane in a chunk's last window
+#: is sent to the next chunk too (1 in 64 or fewer).
+CHUNK_WINDOWS = 64
 
 #: Event-time ranges per topic that :func:`range_minima` hands the archive's reader.
 MAX_PUSHED_RANGES = 32
@@ -542,7 +548,10 @@ def per_status(
 
     Records are aggregated per (key, pane, ``_dropped_in``): with one window per pane that
     is the window's value; sliding windows merge their panes' partial aggregates, so that
-    each record is grouped once, not once per window."""
+    each record is grouped once, not once per window. The merge happens where the panes
+    were aggregated (the records are shuffled once, by key and :data:`CHUNK_WINDOWS` chunk
+    of the windows' last panes): shuffling the panes again, a row per window, cost more than
+    the records' shuffle."""
     located = (
         records.withColumn(_PANE, pane_start(window))
         .join(F.broadcast(_drops_per_pane(panes, drops, partitions)), [TOPIC, PARTITION, _PANE])
@@ -574,12 +583,23 @@ def per_status(
         partials = [
             part for a in aggregations for part in a.partials(F.when(summed, F.col(a.column)))
         ]
-        per_pane = located.groupBy(*group).agg(F.count(F.lit(1)).alias("record_count"), *partials)
+        chunk_ms = F.lit(CHUNK_WINDOWS * window.size_ms)
+
+        def chunk(last_pane: Column) -> Column:
+            return last_pane - F.pmod(last_pane, chunk_ms)
+
+        chunks = F.array(chunk(F.col(_PANE)), chunk(F.col(_PANE) + window.size_ms - window.pane_ms))
+        spread = located.withColumn(_CHUNK, F.explode(F.array_distinct(chunks)))
+        spread = spread.repartition(*keys, _CHUNK)
+        per_pane = spread.groupBy(*group, _CHUNK).agg(
+            F.count(F.lit(1)).alias("record_count"), *partials
+        )
         on_time = F.col(STATUS) == ON_TIME
         per_window = (
             per_pane.join(F.broadcast(panes), _PANE)
+            .where(chunk(F.col(WINDOW_END) - window.pane_ms) == F.col(_CHUNK))
             .withColumn(STATUS, status(F.col(_INDEX)))
-            .groupBy(*window_columns)
+            .groupBy(*window_columns, _CHUNK)
             .agg(
                 F.sum("record_count").alias("record_count"),
                 *[a.merged(on_time) for a in aggregations],

@@ -51,6 +51,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill import first_offsets
 from feast_stream_backfill.backfill import sorts_nothing
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
@@ -563,15 +564,23 @@ unsorted_jobs = jobs.map(
 )
 
 
-@given(records=archives(), job=unsorted_jobs, base=st.sampled_from([0, REALISTIC]))
-def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base):
+@given(
+    records=archives(),
+    job=unsorted_jobs,
+    base=st.sampled_from([0, REALISTIC]),
+    chunk_windows=st.sampled_from([first_offsets.CHUNK_WINDOWS, 1]),
+)
+def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base, chunk_windows):
     """The path that never sorts the records by offset (:mod:`first_offsets`): taken for these
-    jobs, and equal to the simulator; so is the sorted path, forced (long profile only: CI's
+    jobs, and equal to the simulator, also where sliding windows' chunks (one window's size
+    each) cut the archive everywhere; so is the sorted path, forced (long profile only: CI's
     time)."""
     assume(records)
     records = shifted(records, base)
     assert sorts_nothing(stream_job(spark, records, job))
-    check(spark, records, job)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
+        check(spark, records, job)
     if os.environ.get("HYPOTHESIS_PROFILE") == "long":
         check(spark, records, job, always_sort=True)
 

@@ -199,13 +199,18 @@ def test_copied_offsets_are_found_per_word(spark):
         cached.unpersist()
 
 
-def test_a_sliding_window_record_dropped_from_its_earlier_window_only(spark):
+@pytest.mark.parametrize("chunk_windows", [first_offsets.CHUNK_WINDOWS, 1])
+def test_a_sliding_window_record_dropped_from_its_earlier_window_only(
+    spark, monkeypatch, chunk_windows
+):
     # Windows of 100 ms sliding by 50 (panes of 50); D2 = 10, B = 0, ticks every 50 ms. Read
     # at D2 + the highest et so far: o0 et 40 at 50, o1 et 110 at 120, o2 et 60 at 120,
     # o3 et 160 at 170, o4 et 70 at 170. The tick at 150 has W = 109: it fires [-50, 50) and
     # [0, 100); the tick at 200 (W = 159) fires [50, 150); [100, 200) and [150, 250) never.
     # o4, read at 170, is in [0, 100) (fired at 150: dropped) and [50, 150) (on time): its
-    # pane's windows are dropped for a prefix only.
+    # pane's windows are dropped for a prefix only. Chunks of one window (100 ms) send the
+    # panes at 50 and 150 to two chunks each: the windows are the same.
+    monkeypatch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
     records = [
         Record("t1", 0, offset, et, key, value)
         for offset, et, key, value in [
