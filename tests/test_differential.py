@@ -50,8 +50,8 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
     backfill,
+    first_offsets,
 )
-from feast_stream_backfill import first_offsets
 from feast_stream_backfill.backfill import sorts_nothing
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
