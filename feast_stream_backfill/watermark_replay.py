@@ -4,8 +4,9 @@
 the combined watermark is the MIN over the active ones, the MAX over all of them when every
 one is idle, and never goes down. Where idleness or session windows make the closed forms of
 :mod:`watermarks` insufficient, this replays that rule over a compressed stream of events,
-in order, in one task: a partition's watermark rising (``REACH``, to ``_value``), going idle
-(``IDLE``) and coming back (``ACTIVE``). Events sharing a group (a tick, in periodic mode)
+in order: a partition's watermark rising (``REACH``, to ``_value``), going idle (``IDLE``)
+and coming back (``ACTIVE``). With idleness in one task; without, cut into time ranges
+replayed at once (:func:`replay_in_ranges`). Events sharing a group (a tick, in periodic mode)
 are applied together before combining, as ``onPeriodicEmit`` does. The stream has one row
 per rise of a partition's watermark, not per record, and the result one row per change.
 """
@@ -13,11 +14,13 @@ per rise of a partition's watermark, not per record, and the result one row per 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from feast_stream_backfill.columns import (
     EVENT_AT,
@@ -31,6 +34,10 @@ from feast_stream_backfill.columns import (
 from feast_stream_backfill.processing_order import FIELDS, fields
 
 REACH, IDLE, ACTIVE = 0, 1, 2
+_RANGE = "_range"
+_INDEX = "_index"  # the partition's place in the list of partitions
+_NAMES = [name for name, _ in FIELDS]
+_SCHEMA = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"
 
 
 def replay(
@@ -44,37 +51,102 @@ def replay(
     combined watermark: the position's fields (``time``, ``phase``, ...), ``_from`` and
     ``_to``. Every partition starts at ``initial``, active. ``combine="max"``: the seed's MAX
     over partitions (no idleness)."""
-    index = {p: i for i, p in enumerate(partitions)}
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        return combined_rises(batches, index, initial, combine)
+        return combined_rises(batches, len(partitions), initial, combine)
 
-    names = [name for name, _ in FIELDS]
-    schema = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"
     return (
-        events.select(*fields(EVENT_AT), TOPIC, PARTITION, EVENT_KIND, EVENT_VALUE)
+        _indexed(events, partitions)
         .repartition(1)
-        .sortWithinPartitions(*names)
-        .mapInPandas(run, schema)
+        .sortWithinPartitions(*_NAMES)
+        .mapInPandas(run, _SCHEMA)
     )
+
+
+def replay_in_ranges(
+    events: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    initial: int,
+    combine: str,
+    span: tuple[int, int],
+) -> DataFrame:
+    """:func:`replay` of ``REACH`` events only (no idleness), cut into time ranges replayed in
+    parallel. Without idleness the combined watermark after a position depends only on each
+    partition's highest value so far, so a range can start from the partitions' maxima over
+    the ranges before it: a small table (ranges x partitions) computed first. ``span``: the
+    events' first and last time (where they lie outside, the end ranges take them). Several
+    events of one partition at one position need no grouping: the highest is kept."""
+    ranges = 4 * events.sparkSession.sparkContext.defaultParallelism
+    lo, hi = span
+    width = max(1, -(-(hi - lo + 1) // ranges))
+    which = F.least(  # monotone in time
+        F.greatest(F.floor((F.col("time") - F.lit(lo)) / F.lit(width)), F.lit(0)),
+        F.lit(ranges - 1),
+    ).cast("int")
+    indexed = _indexed(events, partitions).withColumn(_RANGE, which)
+    maxima = indexed.groupBy(_RANGE, _INDEX).agg(F.max(EVENT_VALUE)).collect()
+    highest = np.full((ranges, len(partitions)), initial, dtype=np.int64)
+    for at, index, value in maxima:
+        highest[at, index] = value
+    # a range starts from each partition's highest value in the ranges before it
+    starts = np.maximum.accumulate(np.vstack([np.full(len(partitions), initial), highest[:-1]]))
+
+    def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        cut = ((at, part) for batch in batches for at, part in _by_range(batch))
+        for at, parts in itertools.groupby(cut, key=lambda item: item[0]):
+            frames = (part for _, part in parts)
+            start = starts[at].tolist()
+            yield from combined_rises(frames, len(partitions), initial, combine, start=start)
+
+    return (
+        indexed.repartition(ranges, _RANGE)
+        .sortWithinPartitions(*_NAMES)  # ranges follow time: each one's rows are contiguous
+        .mapInPandas(run, _SCHEMA)
+    )
+
+
+def _indexed(events: DataFrame, partitions: Sequence[tuple[str, int]]) -> DataFrame:
+    """The events as the replay reads them: the position's fields, the partition's index,
+    kind and value (an integer is cheaper to send to Python than the topic's name)."""
+    spark = events.sparkSession
+    index = spark.createDataFrame(
+        [(topic, partition, i) for i, (topic, partition) in enumerate(partitions)],
+        f"{TOPIC} string, {PARTITION} int, {_INDEX} int",
+    )
+    return events.join(F.broadcast(index), [TOPIC, PARTITION]).select(
+        *fields(EVENT_AT), _INDEX, EVENT_KIND, EVENT_VALUE
+    )
+
+
+def _by_range(batch: pd.DataFrame) -> Iterator[tuple[int, pd.DataFrame]]:
+    """A batch's runs of one range, without the range column."""
+    at = batch[_RANGE].to_numpy()
+    cuts = [0, *(np.flatnonzero(at[1:] != at[:-1]) + 1), len(batch)]
+    rows = batch.drop(columns=_RANGE)
+    for a, b in itertools.pairwise(cuts):
+        yield int(at[a]), rows.iloc[a:b]
 
 
 def combined_rises(
     batches: Iterable[pd.DataFrame],
-    index: Mapping[tuple[str, int], int],
+    n_partitions: int,
     initial: int,
     combine: str,
     vectorised: bool = True,
+    start: Sequence[int] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """:func:`replay`'s work on the events in order (pandas batches: the position's fields,
-    topic, partition, kind, value). A batch of rises alone, while no partition is idle, is
-    applied with numpy (:func:`_after_each_group`); any other, an event at a time."""
-    names = [name for name, _ in FIELDS]
-    width = len(names)
-    value = [initial] * len(index)
-    idle = [False] * len(index)
-    active = [(initial, i) for i in range(len(index))]  # a heap; stale entries skipped
-    combined = highest = initial
+    partition's index, kind, value). A batch of rises alone, while no partition is idle, is
+    applied with numpy (:func:`_after_each_group`); any other, an event at a time. ``start``:
+    each partition's value before the first event (every one ``initial`` if None), all
+    active."""
+    width = len(_NAMES)
+    value = list(start) if start is not None else [initial] * n_partitions
+    idle = [False] * n_partitions
+    active = [(v, i) for i, v in enumerate(value)]  # a heap; stale entries skipped
+    heapq.heapify(active)
+    highest = max(value, default=initial)
+    combined = min(value, default=initial) if combine == "min" else highest
     here: tuple | None = None
     out: list[tuple] = []
 
@@ -88,8 +160,10 @@ def combined_rises(
             combined = candidate
 
     for batch in batches:
+        if batch.empty:
+            continue
         if vectorised and not any(idle) and (batch[EVENT_KIND] == REACH).all():
-            at = [batch[name].to_numpy() for name in names]
+            at = [batch[name].to_numpy() for name in _NAMES]
             new = np.zeros(len(batch), dtype=bool)
             for column in at:
                 new[1:] |= column[1:] != column[:-1]
@@ -97,11 +171,7 @@ def combined_rises(
             if here is not None and new[0]:
                 update()  # the group the previous batch ended with is complete
             group = np.cumsum(new) - int(new[0])  # numbered from 0
-            partition = np.fromiter(
-                (index[p] for p in zip(batch[TOPIC], batch[PARTITION], strict=True)),
-                np.int64,
-                len(batch),
-            )
+            partition = batch[_INDEX].to_numpy(np.int64)
             after, ends = _after_each_group(
                 np.asarray(value, dtype=np.int64),
                 partition,
@@ -125,25 +195,25 @@ def combined_rises(
                 if here is not None and position != here:
                     update()
                 here = position
-                p = index[(row[width], row[width + 1])]
-                kind = row[width + 2]
+                p = row[width]
+                kind = row[width + 1]
                 if kind == IDLE:
                     idle[p] = True
                     continue
                 if kind == REACH:
-                    value[p] = max(value[p], row[width + 3])
+                    value[p] = max(value[p], row[width + 2])
                     highest = max(highest, value[p])
                 else:
                     idle[p] = False
                 if not idle[p]:
                     heapq.heappush(active, (value[p], p))
         if out:
-            yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
+            yield pd.DataFrame(out, columns=[*_NAMES, RISE_FROM, RISE_TO])
             out = []
     if here is not None:
         update()
     if out:
-        yield pd.DataFrame(out, columns=[*names, RISE_FROM, RISE_TO])
+        yield pd.DataFrame(out, columns=[*_NAMES, RISE_FROM, RISE_TO])
 
 
 def _after_each_group(

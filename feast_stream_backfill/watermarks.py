@@ -54,7 +54,7 @@ from feast_stream_backfill.processing_order import (
     record_position,
     tick_position,
 )
-from feast_stream_backfill.watermark_replay import REACH, replay
+from feast_stream_backfill.watermark_replay import REACH, replay, replay_in_ranges
 
 REACHED = "_reached"
 
@@ -292,21 +292,31 @@ def watermark_timeline(
         at = F.col(POSITION)
     else:
         at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
-    rises = (
-        _rises(records)
-        .groupBy(TOPIC, PARTITION, at.alias(EVENT_AT))
-        .agg(F.max(value).alias(EVENT_VALUE))
-        .withColumn(EVENT_KIND, F.lit(REACH))
+    spans = records.groupBy(TOPIC, PARTITION).agg(
+        F.min(PROCESSING_TIME).alias("_first"), F.max(PROCESSING_TIME).alias("_last")
     )
-    partitions = [
-        (r[TOPIC], r[PARTITION]) for r in records.select(TOPIC, PARTITION).distinct().collect()
-    ]
+    spans = spans.collect()
+    partitions = [(r[TOPIC], r[PARTITION]) for r in spans]
+    rises = _rises(records).select(
+        TOPIC,
+        PARTITION,
+        at.alias(EVENT_AT),
+        value.alias(EVENT_VALUE),
+        F.lit(REACH).alias(EVENT_KIND),
+    )
     if strategy.detects_idleness:
         _one_topic(partitions, strategy)
         idle = idle_periods(records, interval, strategy.idle_timeout_ms)
         wakes = F.col(IDLE_UNTIL)
         if strategy.emission == "periodic":
             wakes = tick_position(next_tick(F.col(WAKES_AT), interval))
-        rises = rises.unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), wakes))
-    changes = replay(rises, partitions, LONG_MIN, strategy.combine)
+        rises = rises.groupBy(TOPIC, PARTITION, EVENT_AT, EVENT_KIND).agg(
+            F.max(EVENT_VALUE).alias(EVENT_VALUE)
+        )  # fewer rows for the one task
+        events = rises.unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), wakes))
+        changes = replay(events, partitions, LONG_MIN, strategy.combine)
+    else:
+        first = min((r["_first"] for r in spans), default=0)
+        last = max((r["_last"] for r in spans), default=0) + interval  # its tick
+        changes = replay_in_ranges(rises, partitions, LONG_MIN, strategy.combine, (first, last))
     return changes.select(from_fields().alias(POSITION), F.col(RISE_TO).alias(WATERMARK))

@@ -1,23 +1,26 @@
-"""The combined watermark's replay (no Spark): hand-computed rises, and the numpy path for
-batches of rises against the event-at-a-time loop on random event streams (idleness, ties at
-one position, batches cut anywhere, groups spanning batches)."""
+"""The combined watermark's replay: hand-computed rises, the numpy path for batches of rises
+against the event-at-a-time loop on random event streams (idleness, ties at one position,
+batches cut anywhere, groups spanning batches), and the replay cut into time ranges (Spark)
+against the one-task replay."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
-from feast_stream_backfill.columns import (
-    EVENT_KIND,
-    EVENT_VALUE,
-    PARTITION,
-    RISE_FROM,
-    RISE_TO,
-    TOPIC,
+from feast_stream_backfill.columns import EVENT_AT, EVENT_KIND, EVENT_VALUE, RISE_FROM, RISE_TO
+from feast_stream_backfill.processing_order import FIELDS, LONG_MIN, RECORD, TICK, tick_position
+from feast_stream_backfill.watermark_replay import (
+    ACTIVE,
+    IDLE,
+    REACH,
+    combined_rises,
+    replay,
+    replay_in_ranges,
 )
-from feast_stream_backfill.processing_order import FIELDS, LONG_MIN, RECORD, TICK
-from feast_stream_backfill.watermark_replay import ACTIVE, IDLE, REACH, combined_rises
 
 NAMES = [name for name, _ in FIELDS]
 
@@ -25,14 +28,13 @@ NAMES = [name for name, _ in FIELDS]
 def _events(rows: list[tuple[int, int, int, int]]) -> pd.DataFrame:
     """``(time, partition, kind, value)`` rows, each at the tick of ``time``."""
     return pd.DataFrame(
-        [(t, TICK, "", 0, 0, "t", p, kind, value) for t, p, kind, value in rows],
-        columns=[*NAMES, TOPIC, PARTITION, EVENT_KIND, EVENT_VALUE],
+        [(t, TICK, "", 0, 0, p, kind, value) for t, p, kind, value in rows],
+        columns=[*NAMES, "_index", EVENT_KIND, EVENT_VALUE],
     )
 
 
 def _rises(batches, partitions=2, combine="min", vectorised=True) -> list[tuple]:
-    index = {("t", p): p for p in range(partitions)}
-    out = combined_rises(batches, index, LONG_MIN, combine, vectorised)
+    out = combined_rises(batches, partitions, LONG_MIN, combine, vectorised)
     return [(r["time"], r[RISE_FROM], r[RISE_TO]) for frame in out for _, r in frame.iterrows()]
 
 
@@ -87,10 +89,72 @@ def test_numpy_batches_equal_the_event_loop(rows, records, combine, cuts):
     events = _events(sorted(rows, key=lambda r: r[0]))
     if records:  # the partition as the record's offset: positions differ within one time
         events["phase"] = RECORD
-        events["offset"] = events[PARTITION]
+        events["offset"] = events["_index"]
         events = events.sort_values(NAMES, kind="stable", ignore_index=True)
     bounds = sorted({c for c in cuts if c < len(events)})
     batches = [events.iloc[a:b] for a, b in zip([0, *bounds], [*bounds, len(events)], strict=True)]
     partitions = 4
     expected = _rises([events], partitions, combine, vectorised=False)
     assert _rises(batches, partitions, combine) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 3), st.integers(-5, 40)), max_size=40
+    ),
+    combine=st.sampled_from(["min", "max"]),
+    cut=st.integers(0, 13),
+)
+def test_a_range_started_from_the_maxima_before_it_continues_the_replay(rows, combine, cut):
+    """What :func:`replay_in_ranges` relies on: without idleness, replaying the events from
+    time ``cut`` on, each partition starting at its highest value before ``cut``, gives the
+    whole replay's rises from ``cut`` on."""
+    events = _events(sorted((t, p, REACH, v) for t, p, v in rows))
+    partitions = 4
+    whole = _rises([events], partitions, combine)
+    before = events[events["time"] < cut]
+    start = [max([LONG_MIN, *before.loc[before["_index"] == p, EVENT_VALUE]]) for p in range(4)]
+    after = combined_rises(
+        [events[events["time"] >= cut]], partitions, LONG_MIN, combine, True, start
+    )
+    rest = [(r["time"], r[RISE_FROM], r[RISE_TO]) for frame in after for _, r in frame.iterrows()]
+    assert rest == [rise for rise in whole if rise[0] >= cut]
+
+
+def test_the_ranges_replay_equals_the_one_task_replay(spark):
+    """Random rises of 5 partitions over 100 ticks, cut into 4 x cores ranges (the events'
+    span, or a narrower one): the same
+    rises as the replay in one task, with MIN and MAX, and a partition that never rises
+    holding MIN back."""
+    rng = np.random.default_rng(7)
+    n = 200
+    ticks = rng.integers(0, 100, n)
+    rows = [
+        (int(t) * 200, f"t{int(p) % 2}", int(p), int(t) * 10 + int(noise))
+        for t, p, noise in zip(ticks, rng.integers(0, 5, n), rng.integers(0, 600, n), strict=True)
+    ]
+    events = spark.createDataFrame(
+        rows, "t long, _topic string, _partition int, _value long"
+    ).select(
+        tick_position(F.col("t")).alias(EVENT_AT),
+        "_topic",
+        "_partition",
+        "_value",
+        F.lit(REACH).alias(EVENT_KIND),
+    )
+    partitions = [(f"t{p % 2}", p) for p in range(5)]
+    order = [*NAMES, RISE_FROM, RISE_TO]
+    for combine, known, rises in (
+        ("min", partitions, range(10, 101)),
+        ("max", partitions, range(10, 101)),
+        ("min", [*partitions, ("t0", 9)], [0]),  # held back by the partition never seen
+    ):
+        one = replay(events, known, LONG_MIN, combine).orderBy(*NAMES).collect()
+        for span in ((0, 19_800), (5_000, 10_000)):  # the second: end ranges take the rest
+            ranged = replay_in_ranges(events, known, LONG_MIN, combine, span)
+            ranged = ranged.orderBy(*NAMES).collect()
+            assert [tuple(r[c] for c in order) for r in ranged] == [
+                tuple(r[c] for c in order) for r in one
+            ]
+        assert len(one) in rises
