@@ -40,7 +40,6 @@ ARCHIVE_TIME = _column(
 
 # processing_time
 PROCESSING_TIME = _column("_pt", "processing_time", "inferred processing time, epoch ms")
-RANK = _column("_rank", "processing_time", "rank among the partition's distinct offsets")
 DUPLICATE = _column("_duplicate", "processing_time", "a later copy of an archived record")
 CONFLICT = _column("_conflict", "processing_time", "a copy whose content differs")
 RISES = _column(

@@ -7,14 +7,14 @@ its event time. Closed form, with ``i`` the record's rank among distinct offsets
     pt_i = max(pt_{i-1} + D1, et_i + D2) = D2 + i*D1 + max_{j<=i}(et_j - j*D1)
 
 a running max: a prefix scan. Ranks, not offsets, because compacted and transactional topics
-have offset gaps. The scan runs over offset ranges in parallel, so that a topic with few huge
-partitions keeps every core busy and no task holds a whole partition: each range is sorted
-once (its local ranks and maxima); a small table of per-range totals (distinct offsets, highest
-event time) gives each range, by a prefix over the ranges before it, its rank base and the
-maxima before it; the two combine into the partition-wide values. The same sorted pass flags
-the records that raise their partition's highest event time: the only ones that move its
-watermark (:mod:`watermarks`), so that stage reads a few records instead of sorting them all
-again.
+have offset gaps; with ``D1 = 0`` (the default) ranks drop out and are not computed. The scan
+runs over offset ranges in parallel, so that a topic with few huge partitions keeps every core
+busy and no task holds a whole partition: each range is sorted once (its local ranks and
+maxima); a small table of per-range totals (distinct offsets, highest event time) gives each
+range, by a prefix over the ranges before it, its rank base and the maxima before it; the two
+combine into the partition-wide values. The same sorted pass flags the records that raise
+their partition's highest event time: the only ones that move its watermark
+(:mod:`watermarks`), so that stage reads a few records instead of sorting them all again.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from feast_stream_backfill.columns import (
     OFFSET,
     PARTITION,
     PROCESSING_TIME,
-    RANK,
     RISES,
     TOPIC,
 )
@@ -56,7 +55,7 @@ class ProcessingTimeModel:
 def with_processing_time(
     records: DataFrame, model: ProcessingTimeModel, offsets_per_range: int = OFFSETS_PER_RANGE
 ) -> DataFrame:
-    """Add ``_pt`` (epoch ms), ``_rank`` and ``_rises``, and flag re-archived copies.
+    """Add ``_pt`` (epoch ms) and ``_rises``, and flag re-archived copies.
 
     A record archived twice (same topic, partition, offset) counts once: later copies get
     ``_duplicate``; a copy whose content (event time or payload) differs from the first gets
@@ -64,8 +63,9 @@ def with_processing_time(
     their offset, hence their range. A faithful copy repeats its record's event time and rank,
     so the running maxima may take copies in. A record with a null partition or offset is
     kept, without a processing time (the caller's checks refuse it). The totals read the
-    archive a second time, only its offsets and event times: with ``D1 = 0`` hash aggregates,
-    with ``D1 > 0`` a narrow sorted pass (the maximum reads ranks).
+    archive a second time, only its offsets and event times: with ``D1 = 0`` a hash aggregate
+    of the highest event time (ranks do not matter then, and are not computed), with
+    ``D1 > 0`` a narrow sorted pass (the maximum reads ranks).
     """
     if offsets_per_range < 1:
         raise ValueError(f"offsets_per_range must be >= 1, got {offsets_per_range}")
@@ -75,7 +75,7 @@ def with_processing_time(
     by_offset = Window.partitionBy(TOPIC, PARTITION, "_range").orderBy(OFFSET)
     so_far = by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     earlier = by_offset.rowsBetween(Window.unboundedPreceding, -1)
-    local_rank = F.dense_rank().over(by_offset) - 1
+    local_rank = F.dense_rank().over(by_offset) - 1 if gap else F.lit(0)
     local = ranged.withColumn("_hash", F.xxhash64(EVENT_TIME, *payload)).select(
         "*",
         local_rank.alias("_local_rank"),
@@ -85,18 +85,16 @@ def with_processing_time(
         # The closed form's maximum (with D1 = 0 the highest event time) in local ranks.
         F.max(F.col(EVENT_TIME) - local_rank * gap).over(so_far).alias("_local_shifted"),
     )
-    totals = _totals_by_bits(ranged) if gap == 0 else _totals_by_ranks(local)
+    totals = _highest_by_range(ranged) if gap == 0 else _totals_by_ranks(local)
     # left: a record with a null partition or offset stays, for the caller's checks to count
     prefix = F.broadcast(_range_prefix(totals, gap))
     joined = local.join(prefix, [TOPIC, PARTITION, "_range"], "left")
-    rank = (F.col("_base") + F.col("_local_rank")).cast("int")
     highest_before = F.greatest("_prior_highest", "_local_before")
     rises = highest_before.isNull() | (F.col(EVENT_TIME) > highest_before)
     shifted = F.greatest("_prior_shifted", _shifted_max("_local_shifted", gap))
-    read_at = shifted + rank * gap
+    read_at = shifted + (F.col("_base") + F.col("_local_rank")) * gap if gap else shifted
     return joined.select(
         *records.columns,
-        rank.alias(RANK),
         DUPLICATE,
         (F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash"))).alias(CONFLICT),
         (~F.col(DUPLICATE) & rises).alias(RISES),
@@ -106,7 +104,7 @@ def with_processing_time(
 
 def _shifted_max(local_shifted: str, gap: int) -> Column:
     """``max(et_j - j*D1)`` over a range's records so far in partition-wide ranks ``j``."""
-    return F.col(local_shifted) - F.col("_base") * gap
+    return F.col(local_shifted) - F.col("_base") * gap if gap else F.col(local_shifted)
 
 
 def _totals_by_ranks(local: DataFrame) -> DataFrame:
@@ -119,18 +117,11 @@ def _totals_by_ranks(local: DataFrame) -> DataFrame:
     )
 
 
-def _totals_by_bits(ranged: DataFrame) -> DataFrame:
-    """:func:`_totals_by_ranks` where D1 = 0, without sorting: the closed form's maximum is then
-    the highest event time, and distinct offsets are counted as set bits of 64-offset words
-    (hash aggregates that shrink each task's rows 64-fold before the shuffle)."""
-    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
-    words = ranged.groupBy(TOPIC, PARTITION, "_range", F.shiftright(OFFSET, 6)).agg(
-        F.bit_or(bit).alias("_bits"), F.max(EVENT_TIME).alias("_range_highest")
-    )
-    return words.groupBy(TOPIC, PARTITION, "_range").agg(
-        F.sum(F.bit_count("_bits")).alias("_count"),
-        F.max("_range_highest").alias("_range_highest"),
-        F.max("_range_highest").alias("_range_shifted"),
+def _highest_by_range(ranged: DataFrame) -> DataFrame:
+    """:func:`_totals_by_ranks` where D1 = 0: ranks do not matter (the closed form's maximum is
+    the highest event time), so a hash aggregate of the event times, without sorting."""
+    return ranged.groupBy(TOPIC, PARTITION, "_range").agg(
+        F.max(EVENT_TIME).alias("_range_highest"), F.max(EVENT_TIME).alias("_range_shifted")
     )
 
 
@@ -145,7 +136,7 @@ def _range_prefix(totals: DataFrame, gap: int) -> DataFrame:
     )
     based = totals.select(
         "*",
-        F.coalesce(F.sum("_count").over(before), F.lit(0)).alias("_base"),
+        (F.coalesce(F.sum("_count").over(before), F.lit(0)) if gap else F.lit(0)).alias("_base"),
         F.max("_range_highest").over(before).alias("_prior_highest"),
     )
     return based.select(

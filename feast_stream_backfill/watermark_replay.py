@@ -34,7 +34,7 @@ from feast_stream_backfill.columns import (
 from feast_stream_backfill.processing_order import FIELDS, fields
 
 REACH, IDLE, ACTIVE = 0, 1, 2
-_RANGE = "_range"
+_RANGE = "_time_range"
 _INDEX = "_index"  # the partition's place in the list of partitions
 _NAMES = [name for name, _ in FIELDS]
 _SCHEMA = ", ".join(f"{n} {t}" for n, t in FIELDS) + f", {RISE_FROM} long, {RISE_TO} long"

@@ -293,7 +293,7 @@ def watermark_timeline(
     else:
         at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
     spans = records.groupBy(TOPIC, PARTITION).agg(
-        F.min(PROCESSING_TIME).alias("_first"), F.max(PROCESSING_TIME).alias("_last")
+        F.min(PROCESSING_TIME).alias("_span_from"), F.max(PROCESSING_TIME).alias("_span_to")
     )
     spans = spans.collect()
     partitions = [(r[TOPIC], r[PARTITION]) for r in spans]
@@ -316,7 +316,7 @@ def watermark_timeline(
         events = rises.unionByName(idle_events(idle, tick_position(F.col(IDLE_FROM)), wakes))
         changes = replay(events, partitions, LONG_MIN, strategy.combine)
     else:
-        first = min((r["_first"] for r in spans), default=0)
-        last = max((r["_last"] for r in spans), default=0) + interval  # its tick
+        first = min((r["_span_from"] for r in spans), default=0)
+        last = max((r["_span_to"] for r in spans), default=0) + interval  # its tick
         changes = replay_in_ranges(rises, partitions, LONG_MIN, strategy.combine, (first, last))
     return changes.select(from_fields().alias(POSITION), F.col(RISE_TO).alias(WATERMARK))

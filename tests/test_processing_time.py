@@ -58,12 +58,12 @@ def test_duplicate_offsets_count_once(spark):
     assert sum(dup for *_, dup in result) == 1
 
 
-COLUMNS = ["_partition", "_offset", "_rank", "_duplicate", "_conflict", "_rises", "_pt"]
+COLUMNS = ["_partition", "_offset", "_duplicate", "_conflict", "_rises", "_pt"]
 
 
 def timed(spark, rows, model: ProcessingTimeModel, ranges: list[int]) -> dict[int, list[tuple]]:
-    """Per offsets_per_range, each row's ``(partition, offset, rank, duplicate, conflict,
-    rises, pt)``, sorted; one Spark job for all of them."""
+    """Per offsets_per_range, each row's ``(partition, offset, duplicate, conflict, rises,
+    pt)``, sorted; one Spark job for all of them."""
     records = read_records(spark, ArchivedTopic("t", dataframe=archive(spark, rows)))
     results = [
         with_processing_time(records, model, n).select(F.lit(n).alias("n"), *COLUMNS)
@@ -83,12 +83,12 @@ def test_ranges_of_two_offsets_with_a_copy_and_gaps(spark):
     rows = [(0, o, e, "u", 1.0) for o, e in et.items()] + [(0, 1, 7, "u", 2.0)]
     model = ProcessingTimeModel(min_gap_ms=1, min_delay_ms=2)
     assert timed(spark, rows, model, [2])[2] == [
-        (0, 0, 0, False, False, True, 12),
-        (0, 1, 1, False, False, False, 13),
-        (0, 1, 1, True, True, False, 13),
-        (0, 4, 2, False, False, True, 14),
-        (0, 5, 3, False, False, True, 15),
-        (0, 9, 4, False, False, True, 17),
+        (0, 0, False, False, True, 12),
+        (0, 1, False, False, False, 13),
+        (0, 1, True, True, False, 13),
+        (0, 4, False, False, True, 14),
+        (0, 5, False, False, True, 15),
+        (0, 9, False, False, True, 17),
     ]
 
 
@@ -99,14 +99,14 @@ def recurrence(rows, model: ProcessingTimeModel) -> list[tuple]:
     out = []
     for partition in sorted({r[0] for r in rows}):
         pt, highest = None, None
-        for rank, offset in enumerate(sorted({r[1] for r in rows if r[0] == partition})):
+        for offset in sorted({r[1] for r in rows if r[0] == partition}):
             first, *copies = [r for r in rows if r[:2] == (partition, offset)]
             et = first[2]
             earliest = et + model.min_delay_ms
             pt = earliest if pt is None else max(pt + model.min_gap_ms, earliest)
             rises = highest is None or et > highest
-            out.append((partition, offset, rank, False, False, rises, pt))
-            out += [(partition, offset, rank, True, c != first, False, pt) for c in copies]
+            out.append((partition, offset, False, False, rises, pt))
+            out += [(partition, offset, True, c != first, False, pt) for c in copies]
             highest = et if highest is None else max(highest, et)
     return sorted(out)
 
