@@ -83,7 +83,9 @@ def with_processing_time(
         F.lag("_hash").over(by_offset).alias("_previous_hash"),
         F.max(EVENT_TIME).over(earlier).alias("_local_before"),
         # The closed form's maximum (with D1 = 0 the highest event time) in local ranks.
-        F.max(F.col(EVENT_TIME) - local_rank * gap).over(so_far).alias("_local_shifted"),
+        F.max(F.col(EVENT_TIME) - local_rank * gap if gap else F.col(EVENT_TIME))
+        .over(so_far)
+        .alias("_local_shifted"),
     )
     totals = _highest_by_range(ranged) if gap == 0 else _totals_by_ranks(local)
     # left: a record with a null partition or offset stays, for the caller's checks to count
