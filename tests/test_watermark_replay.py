@@ -124,9 +124,8 @@ def test_a_range_started_from_the_maxima_before_it_continues_the_replay(rows, co
 
 def test_the_ranges_replay_equals_the_one_task_replay(spark):
     """Random rises of 5 partitions over 100 ticks, cut into 4 x cores ranges (the events'
-    span, or a narrower one): the same
-    rises as the replay in one task, with MIN and MAX, and a partition that never rises
-    holding MIN back."""
+    span, or a narrower one): the same rises as the replay in one task, with MIN and MAX, and
+    a partition that never rises holding MIN back."""
     rng = np.random.default_rng(7)
     n = 200
     ticks = rng.integers(0, 100, n)
