@@ -292,10 +292,11 @@ def watermark_timeline(
         at = F.col(POSITION)
     else:
         at = tick_position(next_tick(F.col(PROCESSING_TIME), interval))
-    spans = records.groupBy(TOPIC, PARTITION).agg(
-        F.min(PROCESSING_TIME).alias("_span_from"), F.max(PROCESSING_TIME).alias("_span_to")
+    spans = (
+        records.groupBy(TOPIC, PARTITION)
+        .agg(F.min(PROCESSING_TIME).alias("_span_from"), F.max(PROCESSING_TIME).alias("_span_to"))
+        .collect()
     )
-    spans = spans.collect()
     partitions = [(r[TOPIC], r[PARTITION]) for r in spans]
     rises = _rises(records).select(
         TOPIC,

@@ -8,6 +8,7 @@ Watermark ticks every 10 ms, B = 0: the MIN watermark reaches x when both partit
 seen et >= x + 1; p1 only gets past 2 at pt 30.
 """
 
+import re
 from datetime import timezone
 
 import pytest
@@ -23,9 +24,10 @@ from feast_stream_backfill import (
     StreamJob,
     TumblingWindows,
     WatermarkStrategy,
+    backfill,
 )
 from feast_stream_backfill.columns import EVENT_TIME
-from tests.test_event_time_windows import ms, run
+from tests.test_event_time_windows import ROWS, ms, run
 
 
 def sums(emissions):
@@ -95,6 +97,26 @@ def test_per_record_sliding_fires_latest_window_first(make_archive):
         ("a", 10, 20, 12, 0, "per_record", 1, 4.0),
         ("a", 5, 15, 12, 1, "per_record", 1, 4.0),
     ]
+
+
+def test_per_record_firings_are_shuffled_once_by_key(make_archive):
+    # The running aggregates (per key and window) and the emission log's numbering (per key
+    # and instant) share one shuffle of the records, by key alone.
+    topic = ArchivedTopic("clicks", dataframe=make_archive(ROWS))
+    job = StreamJob(
+        topics=[topic],
+        keys=["user"],
+        aggregations=[Aggregation("amount", "sum", "amount_sum")],
+        window=SlidingWindows(10, 5),
+        trigger=PerRecordTrigger(),
+        watermark=WatermarkStrategy(interval_ms=10),
+    )
+    result = backfill(make_archive([]).sparkSession, job)
+    plan = result.emissions._jdf.queryExecution().executedPlan().toString()
+    top = plan.split("InMemoryTableScan")[0]  # above the cached records
+    shuffles = re.findall(r"Exchange (hashpartitioning\([^)]*\))", top)
+    assert len(shuffles) == 1 and re.fullmatch(r"hashpartitioning\(user#\d+, \d+\)", shuffles[0])
+    result.release()
 
 
 def test_max_combine_fires_on_the_first_partition_to_get_there(make_archive):
