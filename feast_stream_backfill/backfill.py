@@ -384,7 +384,7 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
                 cached.append(reaches)
             classified = classify(windowed, job.trigger, reaches)
     if classified is not None:
-        per_status = by_status(classified, job.keys, job.aggregations)
+        per_status = by_status(classified, job.keys, job.aggregations, job.trigger)
     if per_status is not None:
         per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)

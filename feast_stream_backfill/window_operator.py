@@ -128,13 +128,21 @@ def _values(
 
 
 def by_status(
-    classified: DataFrame, keys: Sequence[str], aggregations: Sequence[Aggregation]
+    classified: DataFrame,
+    keys: Sequence[str],
+    aggregations: Sequence[Aggregation],
+    trigger: Trigger,
 ) -> DataFrame:
     """One row per window and status: ``record_count``, and the features of the on-time
     records (a timer's firing; null otherwise: no other records are summed, so none can
-    overflow). Timer firings, dropped records and status counts are all read from it."""
+    overflow). Timer firings, dropped records and status counts are all read from it. A
+    trigger without a timer fires on records alone (:func:`firings` sums them): then only
+    the counts are computed, per window and status."""
+    window_status = [*keys, WINDOW_START, WINDOW_END, STATUS]
+    if trigger.timer is None:
+        return classified.groupBy(*window_status).agg(F.count(F.lit(1)).alias("record_count"))
     on_time = F.col(STATUS) == ON_TIME
-    return classified.groupBy(*keys, WINDOW_START, WINDOW_END, STATUS, FIRE_POSITION).agg(
+    return classified.groupBy(*window_status, FIRE_POSITION).agg(
         *_values(aggregations, only=on_time)
     )
 
@@ -182,7 +190,7 @@ def firings(
     window = [*keys, WINDOW_START, WINDOW_END]
     parts = []
     if per_status is None:
-        per_status = by_status(classified, keys, aggregations)
+        per_status = by_status(classified, keys, aggregations, trigger)
     if trigger.timer is not None:
         by_timer = per_status.where(F.col(STATUS) == ON_TIME).withColumn("firing", F.lit(ON_TIME))
         parts.append(by_timer.select(*_firing(window, False, aggregations)))
