@@ -198,7 +198,12 @@ class LiveCounts:
                 self._latest[partition] = (attempt, rows)
 
     def close(self) -> None:
+        """Stop listening now: a datagram of its own wakes the thread from its wait."""
         self._stop.set()
+        try:
+            self._socket.sendto(b"", self.address)
+        except OSError:  # the thread still stops at its next timeout
+            pass
         self._thread.join()
         self._socket.close()
 
