@@ -76,7 +76,7 @@ def test_processing_time_windows_fire_when_the_clock_passes_max_ts(make_archive)
 def test_per_record_trigger_fires_every_record_until_the_window_closes(make_archive):
     # Each record fires its window at its pt with the running aggregate. [0, 10) closes at
     # the tick at 30 (W >= 9 + L, L = 0): the et-7 record read at pt 31 is dropped.
-    emissions, dropped, _ = run(make_archive, trigger=PerRecordTrigger())
+    emissions, dropped, stats = run(make_archive, trigger=PerRecordTrigger())
     assert sums(emissions) == [
         ("a", 0, 10, 1, 0, "per_record", 1, 1.0),
         ("a", 0, 10, 2, 0, "per_record", 2, 17.0),
@@ -87,6 +87,16 @@ def test_per_record_trigger_fires_every_record_until_the_window_closes(make_arch
         ("b", 30, 40, 31, 0, "per_record", 2, 96.0),
     ]
     assert [(k, s, n) for k, s, _, n in dropped] == [("a", ms(0), 1)]
+    # no timer: nothing waits, so nothing is on time or pending
+    assert stats == {
+        "records_read": 8,
+        "duplicates_removed": 0,
+        "records_on_time": 0,
+        "records_late": 0,
+        "records_per_record": 7,
+        "records_dropped": 1,
+        "records_pending": 0,
+    }
 
 
 def test_per_record_sliding_fires_latest_window_first(make_archive):
