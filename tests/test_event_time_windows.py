@@ -144,6 +144,21 @@ def test_allowed_lateness_fires_late_and_accumulates(make_archive):
     assert stats["records_late"] == 1
 
 
+def test_late_firing_and_timer_of_one_instant_are_numbered(make_archive):
+    # L = 25. p0 reads et 40 (key c) at pt 40, then et 7 (key a, $256) also at pt 40: late for
+    # [0, 10) (W = 30 < 9 + 25), it fires the window at once. The tick at 40 (W = min(39, 30)
+    # = 30 >= 29) then fires a's [20, 30). One instant, one key: the record's firing first.
+    rows = ROWS + [(0, 4, 40, "c", 512.0), (0, 5, 7, "a", 256.0)]
+    emissions, _, _ = run(make_archive, rows, trigger=EventTimeTrigger(allowed_lateness_ms=25))
+    assert [e for e in emissions if e[0] == "a"] == [
+        ("a", ms(0), ms(10), ms(30), 0, "on_time", 3, 19.0),
+        ("a", ms(10), ms(20), ms(30), 1, "on_time", 1, 4.0),
+        ("a", ms(0), ms(10), ms(31), 0, "late", 4, 147.0),
+        ("a", ms(0), ms(10), ms(40), 0, "late", 5, 403.0),
+        ("a", ms(20), ms(30), ms(40), 1, "on_time", 1, 8.0),
+    ]
+
+
 def test_operator_delay_shifts_emit_time(make_archive):
     emissions, _, _ = run(make_archive, operator_delay_ms=3)
     assert [e[3] for e in emissions] == [ms(33), ms(33)]
@@ -220,10 +235,11 @@ def test_first_record_reaching_each_target(make_archive, targets, expected):
 
 def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
     """The emission log numbers a key's firings within an instant only where it can have
-    two: wherever a record fires (late or per record: None, every instant), or at a time where
+    two: wherever records fire every window (per record: None, every instant), at a time where
     the watermark reaches several targets (one tick fires two windows, sequences 0 and 1, in
-    ``test_slow_partition_holds_back_firing_and_late_record_is_dropped``). Processing-time
-    timers never meet."""
+    ``test_slow_partition_holds_back_firing_and_late_record_is_dropped``), or where a late
+    record fires (the emission log finds those instants itself: ``test_late_firing_and_
+    timer_of_one_instant_are_numbered``). Processing-time timers never meet."""
 
     def reaches(*at: Position):
         rows = list(enumerate(at))
@@ -235,7 +251,7 @@ def test_only_instants_where_timers_meet_or_records_fire_are_numbered(spark):
 
     ticks = reaches(Position.tick(30), Position.tick(40), Position.tick(40), Position.tick(50))
     assert shared(ticks, {ON_TIME: 5, "pending": 2}) == [40]
-    assert shared(ticks, {ON_TIME: 5, LATE: 1}) is None
+    assert shared(ticks, {ON_TIME: 5, LATE: 1}) == [40]
     # on-event watermarks: two records of one millisecond are one instant
     records = reaches(Position.record(30, "t", 0, 4), Position.record(30, "t", 1, 9))
     assert shared(records, {ON_TIME: 5}) == [30]
