@@ -10,9 +10,8 @@ timers fire in order of their timestamps (``maxTs``), as in Flink's ``InternalTi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.columns import (
@@ -42,12 +41,10 @@ def emission_log(
 ) -> DataFrame:
     """Firings as the emission log: key column(s), then :data:`EMISSION_COLUMNS`, then one
     column per feature. ``emit_time`` is the firing's processing time plus the operator delay
-    D3: when the sink would have written it. ``shared_instants``: the fire times at which
-    timers may fire a key twice (:func:`window_operator.shared_instants`), None where any
-    firing may meet another. Otherwise a key fires twice at an instant only there or where a
-    record fires (late): only firings at shared instants, firings by records and the timers'
-    firings of the same key at those records' instants are shuffled and sorted to be
-    numbered; the others are their key's only firing of the instant (``emit_sequence`` 0)."""
+    D3: when the sink would have written it. ``shared_instants``: the fire times at which a
+    key may fire more than once (:func:`window_operator.shared_instants`), None for any; only
+    firings at those are shuffled and sorted to be numbered, the others are their key's only
+    firing of the instant (``emit_sequence`` 0)."""
     emit_ms = F.col(FIRE_POSITION)["time"] + operator_delay_ms
     # A record fires its own windows latest start first (Flink's assignWindows order), then
     # the timers its watermark triggers fire by timestamp.
@@ -62,23 +59,10 @@ def emission_log(
     if shared_instants is None:
         logged = firings.withColumn("emit_sequence", numbered)
     else:
-        by_record = firings.where(F.col(FIRED_BY_RECORD))
-        record_instants = by_record.select(
-            *[F.col(k).alias(f"_record{k}") for k in keys],
-            F.col("_emit_ms").alias("_record_ms"),
-            F.lit(True).alias("_meets_record"),
-        ).distinct()
-        same_instant = [F.col(k).eqNullSafe(F.col(f"_record{k}")) for k in keys]  # null keys
-        same_instant.append(F.col("_emit_ms") == F.col("_record_ms"))
+        shared = F.broadcast(shared_instants)
         at_shared = F.col(FIRE_POSITION)["time"] == F.col(SHARED_INSTANT)
-        timers = (
-            firings.where(~F.col(FIRED_BY_RECORD))
-            .join(F.broadcast(shared_instants), at_shared, "left")
-            .join(record_instants, reduce(Column.__and__, same_instant), "left")
-        )
-        meets = F.col(SHARED_INSTANT).isNotNull() | F.col("_meets_record").isNotNull()
-        alone = timers.where(~meets).select(*firings.columns).withColumn("emit_sequence", F.lit(0))
-        crowded = timers.where(meets).select(*firings.columns).unionByName(by_record)
+        alone = firings.join(shared, at_shared, "left_anti").withColumn("emit_sequence", F.lit(0))
+        crowded = firings.join(shared, at_shared, "left_semi")
         logged = alone.unionByName(crowded.withColumn("emit_sequence", numbered))
     return logged.select(
         *keys,

@@ -31,6 +31,7 @@ from feast_stream_backfill.columns import (
 from feast_stream_backfill.processing_order import clock_position
 from feast_stream_backfill.triggers import (
     DROPPED,
+    LATE,
     ON_TIME,
     PENDING,
     PER_RECORD,
@@ -97,15 +98,15 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
 def shared_instants(
     spark: SparkSession, reaches: DataFrame | None, counted: Mapping[str, int]
 ) -> DataFrame | None:
-    """The fire times (``_shared_instant``, ms) at which timers may fire a key twice: with
-    the instants where records fire (late, the emission log finds them), the only instants
-    whose firings the emission log must number. None: any may (records fired every window:
-    per record, no timer). A processing-time timer fires at its own window's ``maxTs + 1``,
-    so no instant is shared; a watermark timer where the watermark first reaches the window's
-    target (``reaches``, one row per target), so an instant is shared only where one
-    watermark, or two in one millisecond, reach several targets, as when a slow partition
-    lets the watermark jump over several window ends. ``counted``: the status counts."""
-    if counted.get(PER_RECORD):
+    """The fire times (``_shared_instant``, ms) at which a key may fire twice: the only
+    instants whose firings the emission log must number. None: any may (a record fired a
+    window at once: late or per record, at the record's instant). Otherwise only timers fired
+    (``counted``, the status counts, says so): a processing-time timer at its own window's
+    ``maxTs + 1``, so no instant is shared; a watermark timer where the watermark first
+    reaches the window's target (``reaches``, one row per target), so an instant is shared
+    only where one watermark, or two in one millisecond, reach several targets, as when a slow
+    partition lets the watermark jump over several window ends."""
+    if counted.get(LATE) or counted.get(PER_RECORD):
         return None
     if reaches is None:
         return spark.createDataFrame([], f"{SHARED_INSTANT} long")
