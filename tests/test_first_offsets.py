@@ -108,15 +108,27 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
     )
     window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
     grouped = first_offsets.group_records(records, first_offsets.Buckets(window, {"t": 5}, 20, 0))
-    rows = grouped.where("_set = 1").collect()
+    # one row per (partition, word, bucket, pane): its offsets' bits, the lowest and its et
     assert {
-        (r[PARTITION], r["_threshold"], r["_pane"]): (r[OFFSET], r[EVENT_TIME]) for r in rows
+        (r[PARTITION], r["_word"], r["_threshold"], r["_pane"]): (
+            r["_offset_bits"],
+            r[OFFSET],
+            r[EVENT_TIME],
+        )
+        for r in grouped.collect()
     } == {
-        (0, -19, -40): (1, 9),
-        (0, -19, 10): (0, 14),
-        (0, 21, 60): (70, 64),
-        (1, 15, 10): (3, 15),
-        (1, 65, 60): (2, 66),
+        (0, 0, -19, -40): (0b10, 1, 9),
+        (0, 0, -19, 10): (0b1, 0, 14),
+        (0, 1, 21, 60): (1 << (70 - 64), 70, 64),
+        (1, 0, 15, 10): (1 << 3, 3, 15),
+        (1, 0, 65, 60): (1 << 4 | 1 << 2, 2, 66),
+    }
+    minima = first_offsets.bucket_minima(grouped).collect()
+    assert {(r[PARTITION], r["_threshold"]): (r[OFFSET], r[EVENT_TIME]) for r in minima} == {
+        (0, -19): (0, 14),
+        (0, 21): (70, 64),
+        (1, 15): (3, 15),
+        (1, 65): (2, 66),
     }
     panes = first_offsets.pane_windows(grouped, window)  # each pane is in two windows
     assert sorted(tuple(r) for r in panes.collect()) == [
