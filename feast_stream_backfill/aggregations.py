@@ -19,7 +19,14 @@ from typing import Any
 
 from pyspark.sql import Column, WindowSpec
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DoubleType, FloatType, LongType
+from pyspark.sql.types import (
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    LongType,
+)
 
 Over = WindowSpec | None
 
@@ -66,19 +73,67 @@ def _same(column_type: DataType) -> DataType:
     return column_type
 
 
+def _fractional(column_type: DataType) -> bool:
+    return isinstance(column_type, (DoubleType, FloatType))
+
+
 def _sum_type(column_type: DataType) -> DataType:
-    return DoubleType() if isinstance(column_type, (DoubleType, FloatType)) else LongType()
+    return DoubleType() if _fractional(column_type) else LongType()
 
 
-def _mean_of_partials(partials: list[Column]) -> Column:
-    total, count = partials
-    return F.try_divide(F.sum(total), F.sum(count))  # no values: null, as avg
+def _weight(values: Column, copied: Column) -> Column:
+    """Twice per value, once per copy's (each of a copied record's two copies): halved once
+    summed, the count of the values with each record once, exactly."""
+    return F.when(values.isNull(), 0).when(copied, 1).otherwise(2)
+
+
+def _halved(twice: Column, column_type: DataType) -> Column:
+    """A sum of a ``column_type`` column that holds each copied record twice, halved: exact
+    (an even integer or decimal, or a double halved)."""
+    if isinstance(column_type, IntegralType):
+        return F.shiftright(twice, 1)
+    return twice / 2 if isinstance(column_type, DecimalType) else twice * 0.5
+
+
+def _plus_copies(once: Column, twice: Column, column_type: DataType) -> Column:
+    """The records' sum from their own (``once``) and their copies' (``twice``, halved): null
+    where neither has a value, as a sum, in the type of Spark's own (a decimal's: 10 more
+    digits)."""
+    copies = _halved(twice, column_type)
+    total = F.coalesce(once + copies, once, copies)
+    if isinstance(column_type, DecimalType):
+        precision = min(38, column_type.precision + 10)
+        return total.cast(DecimalType(precision, column_type.scale))
+    return total
+
+
+def _mean_of_partials(partials: list[Column], _column_type: DataType) -> Column:
+    total, weight = partials
+    return F.try_divide(total, F.shiftright(weight, 1))  # no values: null, as avg
+
+
+def _sum_parts(values: Column, copied: Column, column_type: DataType) -> list[Column]:
+    """A sum's partials: of doubles one, a copy's value halved as it is added (exact for
+    whole numbers); else the records' own and their copies' (halved once summed)."""
+    if _fractional(column_type):
+        return [F.sum(F.when(copied, values * 0.5).otherwise(values))]
+    return [F.sum(F.when(~copied, values)), F.sum(F.when(copied, values))]
+
+
+def _sum_of_partials(partials: list[Column], column_type: DataType) -> Column:
+    if _fractional(column_type):
+        return partials[0]
+    return _plus_copies(*partials, column_type)
 
 
 @dataclass(frozen=True)
 class Function:
     """One aggregate function, stated for Spark, for Spark in two steps (partial aggregates of
-    parts of a window, merged: for panes), and as an accumulator."""
+    parts of a window, combined, then finished: for panes), and as an accumulator.
+
+    The partials take ``copied``: records archived exactly twice (both copies are
+    aggregated, the result holds one): counts and sums take a copy's value at half weight,
+    exactly; a minimum or maximum does not mind a second copy."""
 
     spark: Callable[[Column, Over], Column]
     result_type: Callable[[DataType], DataType]
@@ -86,8 +141,9 @@ class Function:
     add: Callable[[Any, Any], Any]  # (accumulator, a non-null value) -> accumulator
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
-    partials: Callable[[Column], list[Column]]
-    merge_partials: Callable[[list[Column]], Column]
+    partials: Callable[[Column, Column, DataType], list[Column]]  # (values, copied, type)
+    combine: Callable[[Column], Column]  # an aggregate of one partial over parts
+    finish: Callable[[list[Column], DataType], Column]  # (partials, column type) -> value
 
 
 FUNCTION: dict[str, Function] = {
@@ -98,8 +154,9 @@ FUNCTION: dict[str, Function] = {
         _plus,
         _plus,
         lambda a: a,
-        lambda c: [F.sum(c)],
-        lambda p: F.sum(p[0]),
+        _sum_parts,
+        F.sum,
+        _sum_of_partials,
     ),
     "count": Function(
         lambda c, over: _over(F.count(c), over),
@@ -108,8 +165,9 @@ FUNCTION: dict[str, Function] = {
         lambda a, _: a + 1,
         lambda a, b: a + b,
         lambda a: a,
-        lambda c: [F.count(c)],
-        lambda p: F.sum(p[0]),
+        lambda c, copied, _: [F.sum(_weight(c, copied))],
+        F.sum,
+        lambda p, _: F.shiftright(p[0], 1),
     ),
     "mean": Function(
         lambda c, over: _over(F.avg(c), over),
@@ -118,7 +176,12 @@ FUNCTION: dict[str, Function] = {
         lambda a, v: (a[0] + 1, a[1] + v),
         lambda a, b: (a[0] + b[0], a[1] + b[1]),
         lambda a: a[1] / a[0] if a[0] else None,
-        lambda c: [F.sum(c.cast("double")), F.count(c)],  # avg's own sum and count
+        # avg's own sum (of doubles) and count
+        lambda c, copied, _: [
+            *_sum_parts(c.cast("double"), copied, DoubleType()),
+            F.sum(_weight(c, copied)),
+        ],
+        F.sum,
         _mean_of_partials,
     ),
     "min": Function(
@@ -128,8 +191,9 @@ FUNCTION: dict[str, Function] = {
         _extreme(min),
         _extreme(min),
         lambda a: a,
-        lambda c: [_spark_min(c, None)],
-        lambda p: _spark_min(p[0], None),
+        lambda c, *_: [_spark_min(c, None)],
+        lambda p: _spark_min(p, None),
+        lambda p, _: p[0],
     ),
     "max": Function(
         lambda c, over: _over(F.max(c), over),
@@ -138,8 +202,9 @@ FUNCTION: dict[str, Function] = {
         _extreme(max),
         _extreme(max),
         lambda a: a,
-        lambda c: [F.max(c)],
-        lambda p: F.max(p[0]),
+        lambda c, *_: [F.max(c)],
+        F.max,
+        lambda p, _: p[0],
     ),
 }
 FUNCTIONS = tuple(FUNCTION)
@@ -168,16 +233,26 @@ class Aggregation:
         ``values`` in place of the column where given."""
         return self.rules.spark(F.col(self.column) if values is None else values, over)
 
-    def partials(self, values: Column) -> list[Column]:
-        """Partial aggregates of ``values`` over a part of a window, for :meth:`merged`."""
-        parts = self.rules.partials(values)
+    def partials(self, values: Column, copied: Column, column_type: DataType) -> list[Column]:
+        """Partial aggregates of ``values`` (of the column's ``column_type``) over a part of a
+        window, for :meth:`finished` or :meth:`merged`; ``copied``: the record is one of two
+        copies of one offset."""
+        parts = self.rules.partials(values, copied, column_type)
         return [part.alias(f"{self.name}__part{i}") for i, part in enumerate(parts)]
 
-    def merged(self, only: Column) -> Column:
+    def _parts(self, column_type: DataType) -> list[Column]:
+        n = len(self.rules.partials(F.lit(None), F.lit(False), column_type))
+        return [F.col(f"{self.name}__part{i}") for i in range(n)]
+
+    def finished(self, column_type: DataType) -> Column:
+        """The feature, from the :meth:`partials` of the whole window, in one row."""
+        return self.rules.finish(self._parts(column_type), column_type).alias(self.name)
+
+    def merged(self, only: Column, column_type: DataType) -> Column:
         """The feature, from the :meth:`partials` of the window's parts ``only`` holds for."""
-        n = len(self.rules.partials(F.col(self.column)))
-        parts = [F.when(only, F.col(f"{self.name}__part{i}")) for i in range(n)]
-        return self.rules.merge_partials(parts).alias(self.name)
+        parts = self._parts(column_type)
+        combined = [self.rules.combine(F.when(only, part)) for part in parts]
+        return self.rules.finish(combined, column_type).alias(self.name)
 
     def result_type(self, column_type: DataType) -> DataType:
         """The feature's type for a column of ``column_type`` (Spark's own aggregate's)."""

@@ -174,6 +174,16 @@ class Backfill:
         self.release()
 
 
+def long_sums(job: StreamJob, records: DataFrame) -> list[str]:
+    """The features that sum an integer column of ``records`` (:func:`refusing_overflow`)."""
+    topics = ", ".join(t.where for t in job.topics)
+    return [
+        f"{topics}: feature {a.name!r} sums integer column {a.column!r}"
+        for a in job.aggregations
+        if a.function == "sum" and isinstance(records.schema[a.column].dataType, IntegralType)
+    ]
+
+
 @contextmanager
 def refusing_overflow(long_sums: Sequence[str]) -> Iterator[None]:
     """Spark's overflow error of a sum of integers (ANSI mode), or the session replay's, as a
@@ -287,10 +297,15 @@ def sorts_nothing(job: StreamJob) -> bool:
 
 def _per_status_by_offsets(
     spark: SparkSession, job: StreamJob, bounds: Mapping[str, int]
-) -> tuple[dict[str, int], DataFrame, DataFrame, DataFrame, list[DataFrame]]:
-    """:func:`sorts_nothing`'s jobs: the counts, the records each once, the per-window
-    aggregate by status (:func:`window_operator.by_status`'s), the watermark's reaches and
-    what is kept for them."""
+) -> tuple[dict[str, int], DataFrame, DataFrame, dict[str, int] | None, DataFrame, list]:
+    """:func:`sorts_nothing`'s jobs: the counts, the records each once (or with their copies
+    marked), the per-window aggregate by status (:func:`window_operator.by_status`'s), its
+    status counts where they were computed here, the watermark's reaches and what is kept
+    for them.
+
+    Copied offsets are counted at half weight where each is archived exactly twice; a
+    window whose copies do not pair up (they differ, or a record was marked by a key
+    collision) sends every copy to be grouped by offset, which names differing ones."""
     records, read = job_records(spark, job, archive_time=True)
     observed = records
     for checks in read:  # on the pass that groups every record
@@ -301,14 +316,10 @@ def _per_status_by_offsets(
     )
     with stage("processing time"):
         grouped = first_offsets.group_records(observed, buckets)
-        words, counts, partitions = first_offsets.offset_words(grouped)
-    distinct, kept_copies = records, []
+        words, counts, partitions, pairs = first_offsets.offset_words(grouped)
     try:
         for checks in read:
             checks.verify()
-        if counts["duplicates_removed"]:
-            with stage("processing time"):
-                distinct, kept_copies = first_offsets.distinct_records(records, words)
     except BadArchiveError:
         grouped.unpersist()
         raise
@@ -321,21 +332,43 @@ def _per_status_by_offsets(
             minima, buckets, partitions, [row[TARGET] for row in targets], job.watermark
         )
         drops = first_offsets.drop_offsets(minima, buckets, records, partitions, reaches)
-    per_status = first_offsets.per_status(
-        distinct,
-        panes,
-        drops,
-        reaches,
-        partitions,
-        job.window,
-        job.trigger,
-        job.keys,
-        job.aggregations,
-    )
     # grouped is released with the rest: released earlier, the caches read from it could be
     # recomputed from every record (Spark recompiles a cache whose source is released unless
     # it sees every block of it loaded)
-    return counts, distinct, per_status, reaches, [grouped, *kept_copies, panes, reaches, drops]
+    kept = [grouped, panes, reaches, drops]
+
+    def windows_of(distinct: DataFrame) -> DataFrame:
+        return first_offsets.per_status(
+            distinct,
+            panes,
+            drops,
+            reaches,
+            partitions,
+            job.window,
+            job.trigger,
+            job.keys,
+            job.aggregations,
+        )
+
+    if not counts["duplicates_removed"]:
+        return counts, records, windows_of(records), None, reaches, kept
+    if pairs and first_offsets.weighs_copies(records, job.aggregations):
+        marked, kept_copies = first_offsets.marked_copies(records, words)
+        per_status = windows_of(marked).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        with refusing_overflow(long_sums(job, records)), stage("windows and triggers"):
+            counted = first_offsets.paired_status_counts(per_status)
+        if counted is not None:
+            return counts, marked, per_status, counted, reaches, [*kept, *kept_copies]
+        for df in (per_status, *kept_copies):  # differing copies, or a key collision
+            df.unpersist()
+    try:
+        with stage("processing time"):
+            distinct, kept_copies = first_offsets.distinct_records(records, words)
+    except BadArchiveError:
+        for df in kept:
+            df.unpersist()
+        raise
+    return counts, distinct, windows_of(distinct), None, reaches, [*kept, *kept_copies]
 
 
 def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) -> Backfill:
@@ -352,9 +385,11 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
     event_time = job.window.domain == "event"
-    enriched = reaches = classified = per_status = None
+    enriched = reaches = classified = per_status = counted = None
     if sorts_nothing(job) and not always_sort:
-        counts, kept, per_status, reaches, cached = _per_status_by_offsets(spark, job, bounds)
+        counts, kept, per_status, counted, reaches, cached = _per_status_by_offsets(
+            spark, job, bounds
+        )
     else:
         timed, counts = timed_records(spark, job)
         distinct = distinct_records(timed)
@@ -386,7 +421,8 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
     if classified is not None:
         per_status = by_status(classified, job.keys, job.aggregations, job.trigger)
     if per_status is not None:
-        per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        if not per_status.is_cached:
+            per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         fired = firings(classified, job.trigger, job.keys, job.aggregations, event_time, per_status)
         dropped = dropped_records(per_status, job.keys)
         statuses = status_counts(per_status)
@@ -397,15 +433,11 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
         F.timestamp_millis(WINDOW_END).alias("window_end"),
         "dropped_count",
     )
-    topics = ", ".join(t.where for t in job.topics)
-    long_sums = [
-        f"{topics}: feature {a.name!r} sums integer column {a.column!r}"
-        for a in job.aggregations
-        if a.function == "sum" and isinstance(kept.schema[a.column].dataType, IntegralType)
-    ]
+    summing_longs = long_sums(job, kept)
     # the session replay sums as it classifies
-    with refusing_overflow(long_sums), stage("windows and triggers"):
-        counted = {row[STATUS]: row["n"] for row in statuses.collect()}
+    with refusing_overflow(summing_longs), stage("windows and triggers"):
+        if counted is None:
+            counted = {row[STATUS]: row["n"] for row in statuses.collect()}
     stats = {**counts, **{f"records_{s}": counted.get(s, 0) for s in STATUSES}}
     # Sessions merge: two of a key's sessions can fire at any instant, whatever the timers.
     shared = None if job.window.merges else shared_instants(spark, reaches, counted)
@@ -420,5 +452,5 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
         dropped=dropped,
         stats=stats,
         cached=cached,
-        long_sums=long_sums,
+        long_sums=summing_longs,
     )

@@ -20,7 +20,8 @@ the offsets and finds the panes (:class:`Buckets`, :func:`group_records`); a tic
 known only once the watermark has reached the windows, takes a read of the records near it
 (:func:`range_minima`). Archived copies of a record share its offset and event time, so
 they change no first offset; only the windows' counts must see each record once
-(:func:`distinct_records`). The windows are aggregated a pane at a time
+(:func:`marked_copies`: counted at half weight, or :func:`distinct_records`: grouped by
+offset). The windows are aggregated a pane at a time
 (:func:`per_status`): a sliding window's records are grouped once, not once per window.
 
 The sorted path (:mod:`processing_time`, :mod:`watermarks`) keeps what needs a record's own
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
@@ -69,6 +71,7 @@ MAX_CELLS = 1 << 16
 
 _FIRST, _THRESHOLD, _DROP_FROM, _WORD = "_first", "_threshold", "_drop_from", "_word"
 _COPY_BITS = "_copy_bits"
+COPIED, UNPAIRED = "_copied", "_unpaired"
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
 _CHUNK = "_chunk"
@@ -177,9 +180,12 @@ def bucket_minima(grouped: DataFrame) -> DataFrame:
     return minima.agg(*_lowest_offset())
 
 
-def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]]]:
+def offset_words(
+    grouped: DataFrame,
+) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]], bool]:
     """Offsets counted as set bits of 64-offset words (of :func:`group_records`); the counts
-    ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read.
+    ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read; whether
+    every copied offset is archived exactly twice (no word's ``_copy_bits`` is -1).
 
     A word's ``_copy_bits`` are the offsets archived more than once. An offset held twice
     leaves its bit set in the OR and clear in the XOR (set in OR ^ XOR); when that accounts
@@ -212,28 +218,72 @@ def offset_words(grouped: DataFrame) -> tuple[DataFrame, dict[str, int], list[tu
         F.coalesce(F.sum("_word_records"), F.lit(0)).alias("records_read"),
         F.coalesce(F.sum(F.bit_count("_offset_bits")), F.lit(0)).alias("distinct"),
         F.collect_set(F.struct(TOPIC, PARTITION)).alias("partitions"),
+        F.count_if(F.col(_COPY_BITS) == -1).alias("unpaired"),
     ).first()
     read = totals["records_read"]
     counts = {"records_read": read, "duplicates_removed": read - totals["distinct"]}
-    return words, counts, sorted(tuple(pair) for pair in totals["partitions"])
+    partitions = sorted(tuple(pair) for pair in totals["partitions"])
+    return words, counts, partitions, totals["unpaired"] == 0
+
+
+def _copies(words: DataFrame) -> DataFrame:
+    """The copied bits of the words that have some, by a long per word (``_key``); words
+    colliding on it share their copied bits, so that a record at a copied offset is always
+    marked (others marked too are harmless: see the callers). Kept: the windows read the
+    records through it."""
+    copied = words.where(F.col(_COPY_BITS) != 0)
+    return (
+        copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"))
+        .agg(F.bit_or(_COPY_BITS).alias(_COPY_BITS))
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )
+
+
+def _marked(records: DataFrame, with_copies: DataFrame) -> tuple[DataFrame, Column]:
+    """``records`` joined to :func:`_copies`, and whether each is at a copied offset."""
+    key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
+    marked = records.select("*", key).join(F.broadcast(with_copies), "_key", "left")
+    is_copied = F.coalesce(F.expr(f"({_COPY_BITS} >> int({OFFSET} & 63)) & 1 = 1"), F.lit(False))
+    return marked, is_copied
+
+
+def weighs_copies(records: DataFrame, aggregations: Sequence[Aggregation]) -> bool:
+    """Can :func:`per_status` weigh copies (:func:`marked_copies`)? Not for a mean of a
+    decimal column: Spark's ``avg`` of it is a decimal, the halved partials are doubles."""
+    return not any(
+        a.function == "mean" and isinstance(records.schema[a.column].dataType, DecimalType)
+        for a in aggregations
+    )
+
+
+def marked_copies(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
+    """The records with ``_copied``: at an offset archived twice (``_copy_bits`` of
+    :func:`offset_words`, where no word is -1), for :func:`per_status` to count each copy at
+    half weight instead of grouping them by offset (a pass over every record: 3 s at 16M).
+    A copy marked wrongly (a word colliding on :func:`_copies`' key) or differing from its
+    twin leaves its window's copies unpaired: :func:`per_status` flags the window."""
+    with_copies = _copies(words)
+    marked, is_copied = _marked(records, with_copies)
+    return marked.select(*records.columns, is_copied.alias(COPIED)), [with_copies]
+
+
+def paired_status_counts(per_status: DataFrame) -> dict[str, int] | None:
+    """``window_operator.status_counts`` of :func:`per_status` over marked copies, or None
+    where some window's copies do not pair up."""
+    rows = (
+        per_status.groupBy(STATUS)
+        .agg(F.sum("record_count").alias("n"), F.max(UNPAIRED).alias(UNPAIRED))
+        .collect()
+    )
+    return None if any(row[UNPAIRED] for row in rows) else {row[STATUS]: row["n"] for row in rows}
 
 
 def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:
     """Each record once, and what is kept for it, where some offset is archived twice
     (``duplicates_removed`` of :func:`offset_words`): only the records at copied offsets are
     grouped by offset. Copies whose event time or payload differ are refused, naming one."""
-    copied = words.where(F.col(_COPY_BITS) != 0)
-    # One long per word; words colliding on it share their copied bits, so that a record at a
-    # copied offset always goes to the grouping (others going there too is harmless). Kept:
-    # the windows read the records through it.
-    with_copies = (
-        copied.groupBy(F.xxhash64(TOPIC, PARTITION, _WORD).alias("_key"))
-        .agg(F.bit_or(_COPY_BITS).alias(_COPY_BITS))
-        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    )
-    key = F.xxhash64(TOPIC, PARTITION, F.shiftright(OFFSET, 6)).alias("_key")
-    marked = records.select("*", key).join(F.broadcast(with_copies), "_key", "left")
-    is_copied = F.coalesce(F.expr(f"({_COPY_BITS} >> int({OFFSET} & 63)) & 1 = 1"), F.lit(False))
+    with_copies = _copies(words)
+    marked, is_copied = _marked(records, with_copies)
     single = marked.where(~is_copied).select(*records.columns)
     payload = [c for c in records.columns if not c.startswith("_")]
     version = F.xxhash64(EVENT_TIME, *payload)
@@ -537,7 +587,13 @@ def per_status(
     each record is grouped once, not once per window. The merge happens where the panes
     were aggregated (the records are shuffled once, by key and :data:`CHUNK_WINDOWS` chunk
     of the windows' last panes): shuffling the panes again, a row per window, cost more than
-    the records' shuffle."""
+    the records' shuffle.
+
+    Records with ``_copied`` (:func:`marked_copies`) count at half weight where set: both
+    copies are in the same window row (same key, time and offset). Each row says whether
+    its copies pair up (``_unpaired``: else the caller groups them by offset instead)."""
+    marked = COPIED in records.columns
+    copied = F.col(COPIED) if marked else F.lit(False)
     located = (
         records.withColumn(_PANE, pane_start(window))
         .join(F.broadcast(_drops_per_pane(panes, drops, partitions)), [TOPIC, PARTITION, _PANE])
@@ -546,6 +602,19 @@ def per_status(
     # Only records on time in some window are summed (by_status's rule: no other can overflow)
     summed = F.col(_DROPPED_IN) < F.col(_REACHED_WINDOWS)
     group = [*keys, _PANE, _DROPPED_IN, _REACHED_WINDOWS]
+    types = {a.column: records.schema[a.column].dataType for a in aggregations}
+    partials = [
+        part
+        for a in aggregations
+        for part in a.partials(F.when(summed, F.col(a.column)), copied, types[a.column])
+    ]
+    # a record counted twice, a copy once: halved, each record once
+    weight = F.sum(F.when(copied, 1).otherwise(2)).alias("_weight")
+    # a window's copies pair up (same offset, same content) where their hashes cancel out
+    payload = [c for c in records.columns if not c.startswith("_")]
+    copy_hash = F.xxhash64(TOPIC, PARTITION, OFFSET, EVENT_TIME, *payload)
+    pairs = [F.bit_xor(F.when(copied, copy_hash)).alias("_pairs")] if marked else []
+    unpaired = F.coalesce(F.col("_pairs"), F.lit(0)) != 0
 
     def status(index: Column) -> Column:
         """Of the pane's ``index``-th window by end."""
@@ -555,20 +624,32 @@ def per_status(
     window_columns = [*keys, WINDOW_START, WINDOW_END, STATUS]
     features = [a.name for a in aggregations]
     if window.pane_ms == window.size_ms:  # a pane is its window: the pane's value
-        values = [a.expr(None, F.when(summed, F.col(a.column))).alias(a.name) for a in aggregations]
-        per_pane = located.groupBy(*group).agg(F.count(F.lit(1)).alias("record_count"), *values)
-        per_window = per_pane.select(
-            *keys,
-            F.col(_PANE).alias(WINDOW_START),
-            (F.col(_PANE) + window.size_ms).alias(WINDOW_END),
-            status(F.lit(1)).alias(STATUS),
-            "record_count",
-            *features,
+        if marked:
+            aggregates = [weight, *partials, *pairs]
+            results = [
+                F.shiftright("_weight", 1).alias("record_count"),
+                *[a.finished(types[a.column]) for a in aggregations],
+                unpaired.alias(UNPAIRED),
+            ]
+        else:
+            values = [a.expr(None, F.when(summed, F.col(a.column))) for a in aggregations]
+            aggregates = [
+                F.count(F.lit(1)).alias("record_count"),
+                *[value.alias(a.name) for value, a in zip(values, aggregations, strict=True)],
+            ]
+            results = ["record_count", *features]
+        per_window = (
+            located.groupBy(*group)
+            .agg(*aggregates)
+            .select(
+                *keys,
+                F.col(_PANE).alias(WINDOW_START),
+                (F.col(_PANE) + window.size_ms).alias(WINDOW_END),
+                status(F.lit(1)).alias(STATUS),
+                *results,
+            )
         )
     else:
-        partials = [
-            part for a in aggregations for part in a.partials(F.when(summed, F.col(a.column)))
-        ]
         chunk_ms = F.lit(CHUNK_WINDOWS * window.size_ms)
 
         def chunk(last_pane: Column) -> Column:
@@ -577,9 +658,7 @@ def per_status(
         chunks = F.array(chunk(F.col(_PANE)), chunk(F.col(_PANE) + window.size_ms - window.pane_ms))
         spread = located.withColumn(_CHUNK, F.explode(F.array_distinct(chunks)))
         spread = spread.repartition(*keys, _CHUNK)
-        per_pane = spread.groupBy(*group, _CHUNK).agg(
-            F.count(F.lit(1)).alias("record_count"), *partials
-        )
+        per_pane = spread.groupBy(*group, _CHUNK).agg(weight, *partials, *pairs)
         on_time = F.col(STATUS) == ON_TIME
         per_window = (
             per_pane.join(F.broadcast(panes), _PANE)
@@ -587,13 +666,14 @@ def per_status(
             .withColumn(STATUS, status(F.col(_INDEX)))
             .groupBy(*window_columns, _CHUNK)
             .agg(
-                F.sum("record_count").alias("record_count"),
-                *[a.merged(on_time) for a in aggregations],
+                F.shiftright(F.sum("_weight"), 1).alias("record_count"),
+                *[a.merged(on_time, types[a.column]) for a in aggregations],
+                *([F.max(unpaired).alias(UNPAIRED)] if marked else []),
             )
         )
     fired_at = reaches.select(
         (F.col(TARGET) + 1).alias(WINDOW_END), F.col(POSITION).alias(FIRE_POSITION)
     )
     return per_window.join(F.broadcast(fired_at), WINDOW_END, "left").select(
-        *window_columns, FIRE_POSITION, "record_count", *features
+        *window_columns, FIRE_POSITION, "record_count", *features, *([UNPAIRED] if marked else [])
     )

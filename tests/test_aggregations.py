@@ -90,3 +90,31 @@ def test_running_aggregates_per_record(make_archive, window):
     ]
     assert len(fired) == len(expected)
     assert all(_same(a, b) for a, b in zip(fired, expected, strict=True))
+
+
+@pytest.mark.parametrize("column_type", ["int", "bigint", "double", "decimal(10,2)"])
+def test_a_copy_counts_at_half_weight(spark, column_type):
+    # Values 1 and 2 once; 5 and a null archived twice (both copies aggregated, flagged
+    # copied). Each record once: sum 8, count 3, mean 8/3, min 1, max 5, in Spark's own
+    # types. In one part, or merged from two parts (each copy in its twin's part).
+    from pyspark.sql import functions as F
+
+    rows = [(1, 1, False), (1, 5, True), (1, 5, True), (2, 2, False)]
+    rows += [(2, None, True), (2, None, True)]
+    df = spark.createDataFrame(rows, "part int, v int, copied boolean")
+    df = df.withColumn("v", F.col("v").cast(column_type))
+    column = df.schema["v"].dataType
+    aggregations = [Aggregation("v", f, f) for f in FUNCTIONS]
+    parts = [p for a in aggregations for p in a.partials(F.col("v"), F.col("copied"), column)]
+    whole = df.agg(*parts).select(*[a.finished(column) for a in aggregations])
+    merged = (
+        df.groupBy("part").agg(*parts).agg(*[a.merged(F.lit(True), column) for a in aggregations])
+    )
+    plain = df.where("copied").dropDuplicates(["v"]).unionByName(df.where("not copied"))
+    spark_own = plain.agg(*[a.expr().alias(a.name) for a in aggregations if a.function != "mean"])
+    for result in (whole, merged):
+        row = result.first()
+        assert (row["sum"], row["count"], row["min"], row["max"]) == (8, 3, 1, 5)
+        assert row["mean"] == 8 / 3
+        for field in spark_own.schema:
+            assert result.schema[field.name].dataType == field.dataType

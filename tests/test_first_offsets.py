@@ -139,7 +139,7 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         (60, 10, 110, 1),
         (60, 60, 160, 2),
     ]
-    words, counts, _ = first_offsets.offset_words(grouped)
+    words, counts, _, _ = first_offsets.offset_words(grouped)
     assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in words.collect()} == {
         (0, 0): 0b11,
         (0, 1): 1 << (70 - 64),
@@ -200,8 +200,9 @@ def test_copied_offsets_are_found_per_word(spark):
     )
     buckets = first_offsets.Buckets(TumblingWindows(size_ms=100), {"t": 0}, 200, 0)
     grouped = first_offsets.group_records(records, buckets)
-    words, counts, partitions = first_offsets.offset_words(grouped)
+    words, counts, partitions, pairs = first_offsets.offset_words(grouped)
     assert partitions == [("t", 0), ("t", 1)]
+    assert not pairs  # three copies of 65: copies cannot be counted at half weight
     bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
     assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
     assert counts == {"records_read": 10, "duplicates_removed": 3}
@@ -209,6 +210,63 @@ def test_copied_offsets_are_found_per_word(spark):
     assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
     for cached in [grouped, *kept]:
         cached.unpersist()
+
+
+#: p0, tumbling windows of 100 ms, D2 = 10, B = 0, ticks every 50 ms; offsets 1 and 3 archived
+#: twice. Read at D2 + the highest et so far: o0 at 50, o1 at 70, o2 at 160, o3 at 170, o4 at
+#: 270. The tick at 200 (W = 159) fires [0, 100): a's 1 + 2; the tick at 300 (W = 259) fires
+#: [100, 200): b's 4, a's 8 (once). [200, 300) is pending.
+COPIED_ARCHIVE = [
+    Record("t1", 0, offset, et, key, value)
+    for offset, et, key, value in [
+        (0, 40, "a", 1.0),
+        (1, 60, "a", 2.0),
+        (1, 60, "a", 2.0),
+        (2, 150, "b", 4.0),
+        (3, 160, "a", 8.0),
+        (3, 160, "a", 8.0),
+        (4, 260, "c", 16.0),
+    ]
+]
+COPIED_EMISSIONS = [
+    ("a", 0, 100, 200, 0, "on_time", 2, 3.0),
+    ("a", 100, 200, 300, 0, "on_time", 1, 8.0),
+    ("b", 100, 200, 300, 0, "on_time", 1, 4.0),
+]
+
+
+def test_copies_count_once_without_grouping_them_by_offset(spark, monkeypatch):
+    def grouped_by_offset(*_):
+        raise AssertionError("copies grouped by offset")
+
+    monkeypatch.setattr(first_offsets, "distinct_records", grouped_by_offset)
+    job = Job(size=100, interval=50, min_delay=10)
+    emissions, _, stats = spark_backfill_with_stats(spark, COPIED_ARCHIVE, job)
+    assert sorted(e[:8] for e in emissions) == COPIED_EMISSIONS
+    assert (stats["records_read"], stats["duplicates_removed"]) == (7, 2)
+    assert (stats["records_on_time"], stats["records_pending"]) == (4, 1)
+
+
+def test_copies_marked_wrongly_are_grouped_by_offset(spark, monkeypatch):
+    # Every offset marked copied, as a collision of two words' keys would mark a word's: the
+    # records archived once leave their windows unpaired, so copies are grouped by offset.
+    copies, grouped = first_offsets._copies, []
+
+    def every_offset(words):
+        return copies(words.withColumn("_copy_bits", F.lit(-1)))
+
+    def grouped_by_offset(records, words):
+        grouped.append(True)
+        return distinct_records(records, words)
+
+    distinct_records = first_offsets.distinct_records
+    monkeypatch.setattr(first_offsets, "_copies", every_offset)
+    monkeypatch.setattr(first_offsets, "distinct_records", grouped_by_offset)
+    job = Job(size=100, interval=50, min_delay=10)
+    emissions, _, stats = spark_backfill_with_stats(spark, COPIED_ARCHIVE, job)
+    assert sorted(e[:8] for e in emissions) == COPIED_EMISSIONS
+    assert grouped == [True]
+    assert stats["duplicates_removed"] == 2
 
 
 @pytest.mark.parametrize("chunk_windows", [first_offsets.CHUNK_WINDOWS, 1])
