@@ -15,6 +15,11 @@ from tests.reference_simulator import Job, Record
 from tests.test_differential import run_backfill, spark_backfill_with_stats, stream_job
 
 
+def in_partition_0(rows: list[tuple]) -> list[Record]:
+    """(offset, event time, key, value) rows: records of topic t1's partition 0."""
+    return [Record("t1", 0, *row) for row in rows]
+
+
 @pytest.mark.parametrize("cells", [first_offsets.MAX_CELLS, 1, 3])
 def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
     # p0 in offset order: et 100, 50, 300, 120; p1: 130, then 40 at offset 5. Buckets from
@@ -166,16 +171,15 @@ def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, fin
     monkeypatch.setattr(
         first_offsets, "range_minima", lambda *args: reads.append(args[1]) or range_minima(*args)
     )
-    records = [
-        Record("t1", 0, offset, et, key, value)
-        for offset, et, key, value in [
+    records = in_partition_0(
+        [
             (0, 50, "a", 1.0),
             (1, 120, "b", 2.0),
             (2, 60, "a", 4.0),
             (3, 145, "b", 8.0),
             (4, 70, "a", 16.0),
         ]
-    ]
+    )
     job = Job(size=100, interval=50, min_delay=10)
     assert sorts_nothing(stream_job(spark, records, job))
     emissions, dropped, stats = spark_backfill_with_stats(spark, records, job)
@@ -216,9 +220,8 @@ def test_copied_offsets_are_found_per_word(spark):
 #: twice. Read at D2 + the highest et so far: o0 at 50, o1 at 70, o2 at 160, o3 at 170, o4 at
 #: 270. The tick at 200 (W = 159) fires [0, 100): a's 1 + 2; the tick at 300 (W = 259) fires
 #: [100, 200): b's 4, a's 8 (once). [200, 300) is pending.
-COPIED_ARCHIVE = [
-    Record("t1", 0, offset, et, key, value)
-    for offset, et, key, value in [
+COPIED_ARCHIVE = in_partition_0(
+    [
         (0, 40, "a", 1.0),
         (1, 60, "a", 2.0),
         (1, 60, "a", 2.0),
@@ -227,7 +230,7 @@ COPIED_ARCHIVE = [
         (3, 160, "a", 8.0),
         (4, 260, "c", 16.0),
     ]
-]
+)
 COPIED_EMISSIONS = [
     ("a", 0, 100, 200, 0, "on_time", 2, 3.0),
     ("a", 100, 200, 300, 0, "on_time", 1, 8.0),
@@ -281,16 +284,15 @@ def test_a_sliding_window_record_dropped_from_its_earlier_window_only(
     # pane's windows are dropped for a prefix only. Chunks of one window (100 ms) send the
     # panes at 50 and 150 to two chunks each: the windows are the same.
     monkeypatch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
-    records = [
-        Record("t1", 0, offset, et, key, value)
-        for offset, et, key, value in [
+    records = in_partition_0(
+        [
             (0, 40, "a", 1.0),
             (1, 110, "b", 2.0),
             (2, 60, "a", 4.0),
             (3, 160, "b", 8.0),
             (4, 70, "a", 16.0),
         ]
-    ]
+    )
     job = Job(size=100, slide=50, interval=50, min_delay=10)
     assert sorts_nothing(stream_job(spark, records, job))
     emissions, dropped, stats = spark_backfill_with_stats(spark, records, job)
