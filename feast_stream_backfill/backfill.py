@@ -297,32 +297,31 @@ def sorts_nothing(job: StreamJob) -> bool:
 
 def _per_status_by_offsets(
     spark: SparkSession, job: StreamJob, bounds: Mapping[str, int]
-) -> tuple[dict[str, int], DataFrame, DataFrame, dict[str, int] | None, DataFrame, list]:
+) -> tuple[dict[str, int], DataFrame, DataFrame, dict[str, int], DataFrame, list]:
     """:func:`sorts_nothing`'s jobs: the counts, the records each once (or with their copies
-    marked), the per-window aggregate by status (:func:`window_operator.by_status`'s), its
-    status counts where they were computed here, the watermark's reaches and what is kept
-    for them.
+    marked), the per-window aggregate by status (:func:`window_operator.by_status`'s, kept),
+    its status counts, the watermark's reaches and what is kept for them.
+
+    The value checks are not observed on every record: the signs of a problem are read from
+    the offsets' aggregate (null or negative partitions and offsets, null event times, an
+    empty topic) and from the windows (a null key), and only then does a pass count and name
+    them (:meth:`records.RecordChecks.refuse_problems`).
 
     Copied offsets are counted at half weight where each is archived exactly twice; a
     window whose copies do not pair up (they differ, or a record was marked by a key
     collision) sends every copy to be grouped by offset, which names differing ones."""
     records, read = job_records(spark, job, archive_time=True)
-    observed = records
-    for checks in read:  # on the pass that groups every record
-        observed = checks.observe(observed)
     bound = {t.name: bounds.get(t.name, job.watermark.out_of_orderness_ms) for t in job.topics}
     buckets = first_offsets.Buckets(
         job.window, bound, job.watermark.interval_ms, job.processing_time.min_delay_ms
     )
     with stage("processing time"):
-        grouped = first_offsets.group_records(observed, buckets)
-        words, counts, partitions, pairs = first_offsets.offset_words(grouped)
-    try:
-        for checks in read:
-            checks.verify()
-    except BadArchiveError:
-        grouped.unpersist()
-        raise
+        grouped = first_offsets.group_records(records, buckets)
+        offsets = first_offsets.offset_words(grouped)
+        topics_read = {topic for topic, _ in offsets.partitions}
+        if offsets.suspect or topics_read != {t.name for t in job.topics}:
+            _refuse_problems(read, [grouped])
+    counts, partitions = offsets.counts, offsets.partitions
     with stage("watermark"):
         # copies share their record's windows and first offsets: no deduplication
         panes = first_offsets.pane_windows(grouped, job.window)
@@ -337,8 +336,10 @@ def _per_status_by_offsets(
     # it sees every block of it loaded)
     kept = [grouped, panes, reaches, drops]
 
-    def windows_of(distinct: DataFrame) -> DataFrame:
-        return first_offsets.per_status(
+    def windows_of(
+        distinct: DataFrame, kept_too: list[DataFrame]
+    ) -> tuple[DataFrame, first_offsets.StatusCounts]:
+        per_status = first_offsets.per_status(
             distinct,
             panes,
             drops,
@@ -348,27 +349,44 @@ def _per_status_by_offsets(
             job.trigger,
             job.keys,
             job.aggregations,
-        )
+        ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        with refusing_overflow(long_sums(job, records)), stage("windows and triggers"):
+            counted = first_offsets.status_counts(per_status, job.keys)
+        if counted.null_key:
+            _refuse_problems(read, [*kept, *kept_too, per_status])
+        return per_status, counted
 
     if not counts["duplicates_removed"]:
-        return counts, records, windows_of(records), None, reaches, kept
-    if pairs and first_offsets.weighs_copies(records, job.aggregations):
-        marked, kept_copies = first_offsets.marked_copies(records, words)
-        per_status = windows_of(marked).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-        with refusing_overflow(long_sums(job, records)), stage("windows and triggers"):
-            counted = first_offsets.paired_status_counts(per_status)
-        if counted is not None:
-            return counts, marked, per_status, counted, reaches, [*kept, *kept_copies]
+        per_status, counted = windows_of(records, [])
+        return counts, records, per_status, counted.statuses, reaches, kept
+    if offsets.paired and first_offsets.weighs_copies(records, job.aggregations):
+        marked, kept_copies = first_offsets.marked_copies(records, offsets.words)
+        per_status, counted = windows_of(marked, kept_copies)
+        if not counted.unpaired:
+            return counts, marked, per_status, counted.statuses, reaches, [*kept, *kept_copies]
         for df in (per_status, *kept_copies):  # differing copies, or a key collision
             df.unpersist()
     try:
         with stage("processing time"):
-            distinct, kept_copies = first_offsets.distinct_records(records, words)
+            distinct, kept_copies = first_offsets.distinct_records(records, offsets.words)
     except BadArchiveError:
         for df in kept:
             df.unpersist()
         raise
-    return counts, distinct, windows_of(distinct), None, reaches, [*kept, *kept_copies]
+    per_status, counted = windows_of(distinct, kept_copies)
+    return counts, distinct, per_status, counted.statuses, reaches, [*kept, *kept_copies]
+
+
+def _refuse_problems(read: Sequence[RecordChecks], kept: Sequence[DataFrame]) -> None:
+    """Each topic's value problems counted and named (:meth:`RecordChecks.refuse_problems`),
+    releasing ``kept`` before the error."""
+    try:
+        for checks in read:
+            checks.refuse_problems()
+    except BadArchiveError:
+        for df in kept:
+            df.unpersist()
+        raise
 
 
 def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) -> Backfill:

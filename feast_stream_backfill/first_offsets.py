@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
@@ -135,7 +136,7 @@ class Buckets:
         return self._reach(topic, value) + self.window.pane_ms
 
 
-def group_records(observed: DataFrame, buckets: Buckets) -> DataFrame:
+def group_records(records: DataFrame, buckets: Buckets) -> DataFrame:
     """Every record read once, in one hash aggregate per (topic, partition, 64-offset word
     ``_word``, ``_threshold``, ``_pane``), kept: the offset bits (for :func:`offset_words`),
     the lowest offset and its event time (for :func:`bucket_minima`); ``_threshold`` is the
@@ -146,11 +147,11 @@ def group_records(observed: DataFrame, buckets: Buckets) -> DataFrame:
     A word's 64 offsets are read within moments, so they usually share one or two buckets:
     about a row per word, and each record is aggregated once (listing it once per word and
     once per bucket aggregated twice as many rows: 6.1 s against 4.8 s at 16M records).
-    ``observed``: the records with their value checks observed (this is the pass that reads
-    every record before the checks are verified)."""
+    Records with a null or negative partition or offset, or a null event time, are grouped
+    too, under their nulls: :func:`offset_words` sees them."""
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     return (
-        observed.groupBy(
+        records.groupBy(
             TOPIC,
             PARTITION,
             F.shiftright(OFFSET, 6).alias(_WORD),
@@ -180,12 +181,23 @@ def bucket_minima(grouped: DataFrame) -> DataFrame:
     return minima.agg(*_lowest_offset())
 
 
-def offset_words(
-    grouped: DataFrame,
-) -> tuple[DataFrame, dict[str, int], list[tuple[str, int]], bool]:
+@dataclass(frozen=True)
+class OffsetWords:
+    """:func:`offset_words`' answer. ``paired``: every copied offset is archived exactly twice
+    (no word's ``_copy_bits`` is -1). ``suspect``: some record has a null or negative
+    partition or offset, or a null event time (the value checks' problems this pass can see:
+    :meth:`records.RecordChecks.refuse_problems` counts and names them)."""
+
+    words: DataFrame
+    counts: dict[str, int]
+    partitions: list[tuple[str, int]]
+    paired: bool
+    suspect: bool
+
+
+def offset_words(grouped: DataFrame) -> OffsetWords:
     """Offsets counted as set bits of 64-offset words (of :func:`group_records`); the counts
-    ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read; whether
-    every copied offset is archived exactly twice (no word's ``_copy_bits`` is -1).
+    ``records_read`` and ``duplicates_removed``; the (topic, partition) pairs read.
 
     A word's ``_copy_bits`` are the offsets archived more than once. An offset held twice
     leaves its bit set in the OR and clear in the XOR (set in OR ^ XOR); when that accounts
@@ -197,6 +209,7 @@ def offset_words(
             F.bit_or("_offset_bits").alias("_offset_bits"),
             F.bit_xor("_odd_bits").alias("_odd_bits"),
             F.sum("_word_records").alias("_word_records"),
+            F.max(F.col(_THRESHOLD).isNull()).alias("_no_time"),
         )
         .withColumn("_twice", F.col("_offset_bits").bitwiseXOR(F.col("_odd_bits")))
         .select(
@@ -212,18 +225,27 @@ def offset_words(
             )
             .otherwise(F.lit(-1))
             .alias(_COPY_BITS),
+            "_no_time",
         )
     )
+    partition, word = F.col(PARTITION), F.col(_WORD)
+    bad = partition.isNull() | word.isNull() | (partition < 0) | (word < 0) | F.col("_no_time")
+    pair = F.when(partition.isNotNull(), F.struct(TOPIC, PARTITION))
     totals = words.agg(
         F.coalesce(F.sum("_word_records"), F.lit(0)).alias("records_read"),
         F.coalesce(F.sum(F.bit_count("_offset_bits")), F.lit(0)).alias("distinct"),
-        F.collect_set(F.struct(TOPIC, PARTITION)).alias("partitions"),
+        F.collect_set(pair).alias("partitions"),
         F.count_if(F.col(_COPY_BITS) == -1).alias("unpaired"),
+        F.count_if(bad).alias("bad"),
     ).first()
     read = totals["records_read"]
-    counts = {"records_read": read, "duplicates_removed": read - totals["distinct"]}
-    partitions = sorted(tuple(pair) for pair in totals["partitions"])
-    return words, counts, partitions, totals["unpaired"] == 0
+    return OffsetWords(
+        words=words,
+        counts={"records_read": read, "duplicates_removed": read - totals["distinct"]},
+        partitions=sorted(tuple(pair) for pair in totals["partitions"]),
+        paired=totals["unpaired"] == 0,
+        suspect=totals["bad"] > 0,
+    )
 
 
 def _copies(words: DataFrame) -> DataFrame:
@@ -267,15 +289,36 @@ def marked_copies(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list
     return marked.select(*records.columns, is_copied.alias(COPIED)), [with_copies]
 
 
-def paired_status_counts(per_status: DataFrame) -> dict[str, int] | None:
-    """``window_operator.status_counts`` of :func:`per_status` over marked copies, or None
-    where some window's copies do not pair up."""
+@dataclass(frozen=True)
+class StatusCounts:
+    """:func:`status_counts`' answer: ``n`` (record, window) pairs per status; whether some
+    window's copies do not pair up (:func:`marked_copies`: the caller groups them by offset
+    instead); whether some window's key has a null (the value check on keys, read here from
+    the windows rather than observed on every record)."""
+
+    statuses: dict[str, int]
+    unpaired: bool
+    null_key: bool
+
+
+def status_counts(per_status: DataFrame, keys: Sequence[str]) -> StatusCounts:
+    """``window_operator.status_counts`` of :func:`per_status`, with its checks."""
+    null_key = reduce(Column.__or__, [F.col(k).isNull() for k in keys])
+    unpaired = F.col(UNPAIRED) if UNPAIRED in per_status.columns else F.lit(False)
     rows = (
         per_status.groupBy(STATUS)
-        .agg(F.sum("record_count").alias("n"), F.max(UNPAIRED).alias(UNPAIRED))
+        .agg(
+            F.sum("record_count").alias("n"),
+            F.max(unpaired).alias(UNPAIRED),
+            F.max(null_key).alias("_null_key"),
+        )
         .collect()
     )
-    return None if any(row[UNPAIRED] for row in rows) else {row[STATUS]: row["n"] for row in rows}
+    return StatusCounts(
+        statuses={row[STATUS]: row["n"] for row in rows},
+        unpaired=any(row[UNPAIRED] for row in rows),
+        null_key=any(row["_null_key"] for row in rows),
+    )
 
 
 def distinct_records(records: DataFrame, words: DataFrame) -> tuple[DataFrame, list[DataFrame]]:

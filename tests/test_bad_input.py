@@ -1,5 +1,7 @@
 """Bad archives are refused with a message naming the table and the column."""
 
+from dataclasses import replace
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -87,3 +89,42 @@ def test_same_offset_with_different_content_is_refused(spark, make_archive, copy
         make_archive([*GOOD, copy]),
         r"1 record\(s\) archived twice with different content, e\.g\. partition 0 offset 1",
     )
+
+
+@pytest.mark.parametrize("always_sort", [False, True], ids=["first offsets", "sorted"])
+def test_every_problem_is_counted_and_named_on_both_paths(spark, make_archive, always_sort):
+    # The path without the sort reads the signs of a problem from its aggregates (a null key
+    # from the windows, the others from the offsets) and then counts them in a pass of its
+    # own; the sorted path observes them on its sort. Same message.
+    rows = [
+        *GOOD,
+        (0, 2, 3000, None, 1.0),
+        (0, 3, 3000, None, 1.0),
+        (0, -4, 3000, "a", 1.0),
+        (1, 5, None, "a", 1.0),
+    ]
+    topic = ArchivedTopic("payments", dataframe=make_archive(rows))
+    with pytest.raises(BadArchiveError) as refusal:
+        backfill(spark, job_on(topic), always_sort=always_sort)
+    assert str(refusal.value) == (
+        "archived topic 'payments' (DataFrame): 1 null value(s) in column 'event_time' (of 6 "
+        "records), e.g. partition 1 offset 5; 2 null value(s) in key column 'user' (Flink's "
+        "keyBy fails the job on a null key; null_keys='drop' drops such records, as a filter "
+        "before keyBy would) (of 6 records), e.g. partition 0 offset 2; 1 negative value(s) in "
+        "column 'offset' (of 6 records), e.g. partition 0 offset -4"
+    )
+
+
+@pytest.mark.parametrize("bad", ["null key", "empty"])
+@pytest.mark.parametrize("always_sort", [False, True], ids=["first offsets", "sorted"])
+def test_the_topic_with_the_problem_is_named(spark, make_archive, always_sort, bad):
+    good = ArchivedTopic("payments", dataframe=make_archive(GOOD))
+    rows = [(0, 0, 1000, None, 1.0)] if bad == "null key" else []
+    other = ArchivedTopic("refunds", dataframe=make_archive(rows))
+    job = replace(job_on(good), topics=[good, other])
+    expected = {
+        "null key": r"archived topic 'refunds' \(DataFrame\): 1 null value\(s\) in key column",
+        "empty": r"archived topic 'refunds' \(DataFrame\): the archive is empty",
+    }[bad]
+    with pytest.raises(BadArchiveError, match=expected):
+        backfill(spark, job, always_sort=always_sort)

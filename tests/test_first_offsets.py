@@ -144,13 +144,14 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         (60, 10, 110, 1),
         (60, 60, 160, 2),
     ]
-    words, counts, _, _ = first_offsets.offset_words(grouped)
-    assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in words.collect()} == {
+    offsets = first_offsets.offset_words(grouped)
+    assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in offsets.words.collect()} == {
         (0, 0): 0b11,
         (0, 1): 1 << (70 - 64),
         (1, 0): 0b11100,
     }
-    assert counts == {"records_read": 6, "duplicates_removed": 0}
+    assert offsets.counts == {"records_read": 6, "duplicates_removed": 0}
+    assert not offsets.suspect
     for cached in (grouped, panes):
         cached.unpersist()
 
@@ -204,13 +205,13 @@ def test_copied_offsets_are_found_per_word(spark):
     )
     buckets = first_offsets.Buckets(TumblingWindows(size_ms=100), {"t": 0}, 200, 0)
     grouped = first_offsets.group_records(records, buckets)
-    words, counts, partitions, pairs = first_offsets.offset_words(grouped)
-    assert partitions == [("t", 0), ("t", 1)]
-    assert not pairs  # three copies of 65: copies cannot be counted at half weight
-    bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in words.collect()}
+    offsets = first_offsets.offset_words(grouped)
+    assert offsets.partitions == [("t", 0), ("t", 1)]
+    assert not offsets.paired  # three copies of 65: copies cannot be counted at half weight
+    bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in offsets.words.collect()}
     assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
-    assert counts == {"records_read": 10, "duplicates_removed": 3}
-    distinct, kept = first_offsets.distinct_records(records, words)
+    assert offsets.counts == {"records_read": 10, "duplicates_removed": 3}
+    distinct, kept = first_offsets.distinct_records(records, offsets.words)
     assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
     for cached in [grouped, *kept]:
         cached.unpersist()
