@@ -279,7 +279,8 @@ def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
 def sorts_nothing(job: StreamJob) -> bool:
     """Does the job run on first offsets (:mod:`first_offsets`), without sorting the records
     by offset? Aligned event-time windows fired by the watermark's periodic ticks alone, with
-    D1 = 0, no idleness and no enrichment."""
+    D1 = 0 and no enrichment; idleness of one topic (across topics it is refused) unless
+    the archive has too many words to read again (:func:`first_offsets.idle_periods`)."""
     trigger = job.trigger
     return (
         job.processing_time.min_gap_ms == 0
@@ -288,7 +289,7 @@ def sorts_nothing(job: StreamJob) -> bool:
         and isinstance(trigger, EventTimeTrigger)
         and trigger.allowed_lateness_ms == 0
         and job.watermark.emission == "periodic"
-        and not job.watermark.detects_idleness
+        and not (job.watermark.detects_idleness and len(job.topics) > 1)
         and not job.lookups
         and not job.derived
         and job.null_keys == "refuse"
@@ -297,10 +298,12 @@ def sorts_nothing(job: StreamJob) -> bool:
 
 def _per_status_by_offsets(
     spark: SparkSession, job: StreamJob, bounds: Mapping[str, int]
-) -> tuple[dict[str, int], DataFrame, DataFrame, dict[str, int], DataFrame, list]:
+) -> tuple[dict[str, int], DataFrame, DataFrame, dict[str, int], DataFrame, list] | None:
     """:func:`sorts_nothing`'s jobs: the counts, the records each once (or with their copies
     marked), the per-window aggregate by status (:func:`window_operator.by_status`'s, kept),
-    its status counts, the watermark's reaches and what is kept for them.
+    its status counts, the watermark's reaches and what is kept for them. None where the job
+    detects idleness and too many words would be read again for its idle periods
+    (:func:`first_offsets.idle_periods`): the sorted path's.
 
     The value checks are not observed on every record: the signs of a problem are read from
     the offsets' aggregate (null or negative partitions and offsets, null event times, an
@@ -315,12 +318,21 @@ def _per_status_by_offsets(
     buckets = first_offsets.Buckets(
         job.window, bound, job.watermark.interval_ms, job.processing_time.min_delay_ms
     )
+    idleness = job.watermark.detects_idleness
     with stage("processing time"):
-        grouped = first_offsets.group_records(records, buckets)
+        grouped = first_offsets.group_records(records, buckets, highest=idleness)
         offsets = first_offsets.offset_words(grouped)
         topics_read = {topic for topic, _ in offsets.partitions}
         if offsets.suspect or topics_read != {t.name for t in job.topics}:
             _refuse_problems(read, [grouped])
+        idle = None
+        if idleness:
+            interval, timeout = job.watermark.interval_ms, job.watermark.idle_timeout_ms
+            delay = job.processing_time.min_delay_ms
+            idle = first_offsets.idle_periods(grouped, records, interval, timeout, delay)
+            if idle is None:
+                grouped.unpersist()
+                return None
     counts, partitions = offsets.counts, offsets.partitions
     with stage("watermark"):
         # copies share their record's windows and first offsets: no deduplication
@@ -328,7 +340,7 @@ def _per_status_by_offsets(
         targets = watermark_targets(panes, job.trigger).collect()
         minima = first_offsets.bucket_minima(grouped)
         reaches = first_offsets.watermark_reaches(
-            minima, buckets, partitions, [row[TARGET] for row in targets], job.watermark
+            minima, buckets, partitions, [row[TARGET] for row in targets], job.watermark, idle
         )
         drops = first_offsets.drop_offsets(minima, buckets, records, partitions, reaches)
     # grouped is released with the rest: released earlier, the caches read from it could be
@@ -403,11 +415,11 @@ def backfill(spark: SparkSession, job: StreamJob, *, always_sort: bool = False) 
         t.name: t.out_of_orderness_ms for t in job.topics if t.out_of_orderness_ms is not None
     }
     event_time = job.window.domain == "event"
-    enriched = reaches = classified = per_status = counted = None
+    enriched = reaches = classified = per_status = counted = by_offsets = None
     if sorts_nothing(job) and not always_sort:
-        counts, kept, per_status, counted, reaches, cached = _per_status_by_offsets(
-            spark, job, bounds
-        )
+        by_offsets = _per_status_by_offsets(spark, job, bounds)
+    if by_offsets is not None:
+        counts, kept, per_status, counted, reaches, cached = by_offsets
     else:
         timed, counts = timed_records(spark, job)
         distinct = distinct_records(timed)

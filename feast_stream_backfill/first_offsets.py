@@ -24,9 +24,14 @@ they change no first offset; only the windows' counts must see each record once
 offset). The windows are aggregated a pane at a time
 (:func:`per_status`): a sliding window's records are grouped once, not once per window.
 
+With idleness, a partition goes idle only where its running max jumps by more than the
+idle timeout allows: the words of 64 offsets over which it rises that much are the only
+records read again, in offset order (:func:`idle_periods`), and the combined watermark is
+replayed with those periods (:func:`watermarks.reaches_with_idleness`).
+
 The sorted path (:mod:`processing_time`, :mod:`watermarks`) keeps what needs a record's own
-time: D1 > 0 (ranks), idleness, on-event watermarks, processing-time and session windows, late
-and per-record firings, enrichment.
+time: D1 > 0 (ranks), on-event watermarks, processing-time and session windows, late and
+per-record firings, enrichment.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from feast_stream_backfill.columns import (
     ARCHIVE_TIME,
     EVENT_TIME,
     FIRE_POSITION,
+    IDLE_FROM,
+    IDLE_UNTIL,
     OFFSET,
     PARTITION,
     POSITION,
@@ -52,13 +59,20 @@ from feast_stream_backfill.columns import (
     STATUS,
     TARGET,
     TOPIC,
+    WAKES_AT,
     WINDOW_END,
     WINDOW_START,
 )
 from feast_stream_backfill.errors import conflicting_copies
-from feast_stream_backfill.processing_order import record_position
+from feast_stream_backfill.idleness import idle_wait_ms
+from feast_stream_backfill.processing_order import next_tick, record_position
 from feast_stream_backfill.triggers import ON_TIME, PENDING, Trigger, on_element
-from feast_stream_backfill.watermarks import REACHED, WatermarkStrategy, combined
+from feast_stream_backfill.watermarks import (
+    REACHED,
+    WatermarkStrategy,
+    combined,
+    reaches_with_idleness,
+)
 from feast_stream_backfill.windows import (
     SlidingWindows,
     TumblingWindows,
@@ -75,12 +89,16 @@ _COPY_BITS = "_copy_bits"
 COPIED, UNPAIRED = "_copied", "_unpaired"
 _PANE, _INDEX, _DROP_FROMS = "_pane", "_window_index", "_drop_froms"
 _DROPPED_IN, _REACHED_WINDOWS = "_dropped_in", "_reached_windows"
-_CHUNK = "_chunk"
+_CHUNK, _HIGHEST, _BEFORE = "_chunk", "_highest", "_before"
 
 #: Sliding windows are merged where their panes land: per key and chunk of this many windows'
 #: sizes, so that a hot key still spreads over tasks and only a pane in a chunk's last window
 #: is sent to the next chunk too (1 in 64 or fewer).
 CHUNK_WINDOWS = 64
+
+#: Words of 64 offsets that :func:`idle_periods` reads again, at most: beyond, a job with
+#: idleness takes the sorted path.
+MAX_IDLE_WORDS = 1 << 14
 
 #: Event-time ranges per topic that :func:`range_minima` hands the archive's reader.
 MAX_PUSHED_RANGES = 32
@@ -136,7 +154,7 @@ class Buckets:
         return self._reach(topic, value) + self.window.pane_ms
 
 
-def group_records(records: DataFrame, buckets: Buckets) -> DataFrame:
+def group_records(records: DataFrame, buckets: Buckets, *, highest: bool = False) -> DataFrame:
     """Every record read once, in one hash aggregate per (topic, partition, 64-offset word
     ``_word``, ``_threshold``, ``_pane``), kept: the offset bits (for :func:`offset_words`),
     the lowest offset and its event time (for :func:`bucket_minima`); ``_threshold`` is the
@@ -148,7 +166,8 @@ def group_records(records: DataFrame, buckets: Buckets) -> DataFrame:
     about a row per word, and each record is aggregated once (listing it once per word and
     once per bucket aggregated twice as many rows: 6.1 s against 4.8 s at 16M records).
     Records with a null or negative partition or offset, or a null event time, are grouped
-    too, under their nulls: :func:`offset_words` sees them."""
+    too, under their nulls: :func:`offset_words` sees them. ``highest``: each group's highest
+    event time too (``_highest``, for :func:`never_idle`)."""
     bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     return (
         records.groupBy(
@@ -163,6 +182,7 @@ def group_records(records: DataFrame, buckets: Buckets) -> DataFrame:
             F.bit_xor(bit).alias("_odd_bits"),
             F.count(F.lit(1)).alias("_word_records"),
             *_lowest_offset(),
+            *([F.max(EVENT_TIME).alias(_HIGHEST)] if highest else []),
         )
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
@@ -246,6 +266,81 @@ def offset_words(grouped: DataFrame) -> OffsetWords:
         paired=totals["unpaired"] == 0,
         suspect=totals["bad"] > 0,
     )
+
+
+def idle_periods(
+    grouped: DataFrame, records: DataFrame, interval_ms: int, timeout_ms: int, delay_ms: int
+) -> DataFrame | None:
+    """:func:`idleness.idle_periods` with D1 = 0, without sorting the records; None where
+    more than :data:`MAX_IDLE_WORDS` words would be read again (the sorted path's then).
+    ``grouped``: :func:`group_records` with ``highest``.
+
+    A partition's records are read at ``D2 +`` its running max of event time. Where that jumps
+    from ``m`` to ``m'``, the partition goes idle at ``ceil_I(D2 + m) + I + wait``
+    (:func:`idleness.idle_wait_ms`) if that comes before ``D2 + m'``, when the record at
+    ``m'`` wakes it: never where ``m' - m <= I + wait``. A jump is at most the rise of the
+    running max over the 64-offset word it falls in, so only the words rising more can hold
+    one: their records alone are read again, in offset order from the running max before the
+    word. Before a partition's first record and after its last, the closed forms hold."""
+    wait = idle_wait_ms(interval_ms, timeout_ms)
+    per_word = grouped.groupBy(TOPIC, PARTITION, _WORD).agg(
+        F.max(_HIGHEST).alias(_HIGHEST), *_lowest_offset()
+    )
+    earlier = Window.partitionBy(TOPIC, PARTITION).orderBy(_WORD)
+    before = F.max(_HIGHEST).over(earlier.rowsBetween(Window.unboundedPreceding, -1))
+    words = per_word.select("*", before.alias(_BEFORE)).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    # a partition's first word rises from its first record's event time
+    risen = F.col(_HIGHEST) - F.coalesce(_BEFORE, EVENT_TIME) > interval_ms + wait
+    rising = words.where(risen).select(TOPIC, PARTITION, _WORD, _BEFORE)
+    rising = rising.limit(MAX_IDLE_WORDS + 1).collect()
+    extremes = (
+        words.groupBy(TOPIC, PARTITION)
+        .agg(*_lowest_offset(), F.max(_HIGHEST).alias(_HIGHEST))
+        .collect()
+    )
+    words.unpersist()
+    if len(rising) > MAX_IDLE_WORDS:
+        return None
+
+    def tick(time: int) -> int:
+        return -(-time // interval_ms) * interval_ms
+
+    spark = records.sparkSession
+    start = tick(delay_ms + min(row[EVENT_TIME] for row in extremes))
+    end = tick(delay_ms + max(row[_HIGHEST] for row in extremes))
+    ends = []
+    for row in extremes:
+        first, last = delay_ms + row[EVENT_TIME], delay_ms + row[_HIGHEST]
+        if start + wait < first:  # idle before its first record, which wakes it
+            ends.append((row[TOPIC], row[PARTITION], row[OFFSET], first, start + wait))
+        if tick(last) + interval_ms + wait <= end:  # idle after its last, to the end
+            ends.append((row[TOPIC], row[PARTITION], None, None, tick(last) + interval_ms + wait))
+    schema = f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
+    woken = F.when(F.col(OFFSET).isNotNull(), record_position())
+    at_ends = spark.createDataFrame(ends, f"{schema}, {IDLE_FROM} long").select(
+        TOPIC, PARTITION, IDLE_FROM, woken.alias(IDLE_UNTIL), F.col(PROCESSING_TIME).alias(WAKES_AT)
+    )
+    if not rising:  # no word to read again: no record is read
+        return at_ends
+    words_schema = f"{TOPIC} string, {PARTITION} int, {_WORD} long, {_BEFORE} long"
+    again = records.withColumn(_WORD, F.shiftright(OFFSET, 6)).join(
+        F.broadcast(spark.createDataFrame(rising, words_schema)), [TOPIC, PARTITION, _WORD]
+    )
+    by_offset = Window.partitionBy(TOPIC, PARTITION, _WORD).orderBy(OFFSET)
+    so_far = F.max(EVENT_TIME).over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
+    highest = F.greatest(so_far, F.col(_BEFORE))  # null before a partition's first record
+    went_idle = next_tick(highest + delay_ms, interval_ms) + interval_ms + wait
+    # where it raises the running max, a record is read at its own event time + D2; where it
+    # does not, it wakes nothing (went_idle is later than that)
+    timed = again.withColumn(PROCESSING_TIME, F.col(EVENT_TIME) + delay_ms)
+    within = timed.select(
+        TOPIC,
+        PARTITION,
+        went_idle.alias(IDLE_FROM),
+        record_position().alias(IDLE_UNTIL),
+        F.col(PROCESSING_TIME).alias(WAKES_AT),
+    ).where(F.col(IDLE_FROM) < F.col(WAKES_AT))
+    return within.unionByName(at_ends)
 
 
 def _copies(words: DataFrame) -> DataFrame:
@@ -488,12 +583,14 @@ def watermark_reaches(
     partitions: Sequence[tuple[str, int]],
     targets: Sequence[int],
     strategy: WatermarkStrategy,
+    idle: DataFrame | None = None,
 ) -> DataFrame:
     """:func:`watermarks.watermark_reaches` with D1 = 0 and periodic emission: ``_target``
     and ``_pos``, the tick of the first watermark ``>= _target``; absent where none before
     the archive ends. A partition reaches ``x`` at the first record with ``et >= x + B + 1``,
     read at ``D2 + et``; ``minima``: :func:`bucket_minima` of ``buckets`` (their B per topic,
-    their D2). Kept (one row per target)."""
+    their D2); ``idle``: the partitions' idle periods (:func:`idle_periods`), where the job
+    detects idleness. Kept (one row per target)."""
     bound = buckets.bound
     thresholds = {topic: [x + bound[topic] + 1 for x in targets] for topic, _ in partitions}
     first = first_at_or_above(minima, partitions, thresholds).select(
@@ -503,9 +600,10 @@ def watermark_reaches(
         (F.col(_FIRST)[EVENT_TIME] + buckets.delay_ms).alias(PROCESSING_TIME),
         F.col(_FIRST)[OFFSET].alias(OFFSET),
     )
-    per_partition = first.select(
-        TARGET, F.when(F.col(OFFSET).isNotNull(), record_position()).alias(REACHED)
-    )
+    reached = F.when(F.col(OFFSET).isNotNull(), record_position())
+    per_partition = first.select(TOPIC, PARTITION, TARGET, reached.alias(REACHED))
+    if idle is not None:
+        return reaches_with_idleness(idle, per_partition, list(partitions), strategy)
     reaches = combined(per_partition, strategy, len(partitions))
     reaches = reaches.persist(StorageLevel.MEMORY_AND_DISK_DESER)
     reaches.count()

@@ -34,6 +34,13 @@ from feast_stream_backfill.processing_order import next_tick, record_position
 from feast_stream_backfill.watermark_replay import ACTIVE, IDLE
 
 
+def idle_wait_ms(interval_ms: int, timeout_ms: int) -> int:
+    """``(floor(T / I) + 1) * I``: a partition whose last record is at ``a`` goes idle at the
+    tick ``ceil_I(a) + I + idle_wait_ms``; one that has produced nothing since the job started at
+    ``S``, at ``ceil_I(S) + idle_wait_ms``."""
+    return (timeout_ms // interval_ms + 1) * interval_ms
+
+
 def idle_periods(
     records: DataFrame,
     interval_ms: int,
@@ -53,7 +60,7 @@ def idle_periods(
     day holds 2,880 cells of 30 s) instead of every record. The archive's start and end are
     the cells' extremes: one pass over the records in all.
     """
-    waits = (timeout_ms // interval_ms + 1) * interval_ms
+    waits = idle_wait_ms(interval_ms, timeout_ms)
     read_at = F.col(PROCESSING_TIME)
     cell = (read_at - F.pmod(read_at, F.lit(waits))) / waits  # exact: a multiple of waits
     cells = records.groupBy(TOPIC, PARTITION, cell.cast("long").alias("_idle_cell")).agg(

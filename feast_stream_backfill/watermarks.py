@@ -175,7 +175,9 @@ def watermark_reaches(
         REACHED, F.min(POSITION).over(descending.rowsBetween(Window.unboundedPreceding, 0))
     ).where(F.col("_sweep_kind") == 1)
     if strategy.detects_idleness:
-        reached = _reaches_with_idleness(records, per_partition, partitions, strategy)
+        keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
+        idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms)
+        reached = reaches_with_idleness(idle, per_partition, keys, strategy)
     else:
         reached = combined(per_partition, strategy, n_partitions)
     reached = reached.persist(StorageLevel.MEMORY_AND_DISK_DESER)
@@ -238,15 +240,18 @@ def combined(per_partition: DataFrame, strategy: WatermarkStrategy, n_partitions
     return reached.select(TARGET, strategy.emitted_at(F.col(REACHED)).alias(POSITION))
 
 
-def _reaches_with_idleness(
-    records: DataFrame, per_partition: DataFrame, partitions: DataFrame, strategy: WatermarkStrategy
+def reaches_with_idleness(
+    idle: DataFrame,
+    per_partition: DataFrame,
+    keys: list[tuple[str, int]],
+    strategy: WatermarkStrategy,
 ) -> DataFrame:
-    """As :func:`watermark_reaches`, with idle partitions left out (:mod:`idleness`): a
-    partition's *level* is how many targets its watermark has reached; the combined level is
-    replayed (:mod:`watermark_replay`)."""
-    keys = [(r[TOPIC], r[PARTITION]) for r in partitions.collect()]
+    """As :func:`watermark_reaches`, with idle partitions left out: ``idle``, the partitions'
+    idle periods (:func:`idleness.idle_periods`); ``per_partition``, where each partition
+    (``keys``) reaches each target (``_target``, ``_reached``). A partition's *level* is how
+    many targets its watermark has reached; the combined level is replayed
+    (:mod:`watermark_replay`)."""
     _one_topic(keys, strategy)
-    idle = idle_periods(records, strategy.interval_ms, strategy.idle_timeout_ms)
     # A partition reaching a target has reached every smaller one: the reached targets are the
     # levels. Kept, as both the events and the levels read them.
     kept = per_partition.where(F.col(REACHED).isNotNull()).persist()

@@ -7,9 +7,18 @@ import re
 import pytest
 from pyspark.sql import functions as F
 
-from feast_stream_backfill import Aggregation, ArchivedTopic, StreamJob, first_offsets
+from feast_stream_backfill import Aggregation, ArchivedTopic, StreamJob, first_offsets, idleness
 from feast_stream_backfill.backfill import job_records, sorts_nothing
-from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
+from feast_stream_backfill.columns import (
+    EVENT_TIME,
+    IDLE_FROM,
+    IDLE_UNTIL,
+    OFFSET,
+    PARTITION,
+    PROCESSING_TIME,
+    TOPIC,
+    WAKES_AT,
+)
 from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 from tests.reference_simulator import Job, Record
 from tests.test_differential import run_backfill, spark_backfill_with_stats, stream_job
@@ -371,3 +380,53 @@ def test_pushed_ranges_cover_every_range_closest_merged_first():
     pairs = [(0, 10), (5, 20), (30, 40), (41, 50), (100, 110)]
     assert first_offsets._merged(pairs, 2) == [(0, 50), (100, 110)]
     assert first_offsets._merged(pairs, 10) == [(0, 20), (30, 40), (41, 50), (100, 110)]
+
+
+# I = 100, T = 250: a partition goes idle at ceil_I(a) + I + 300 after a record read at a,
+# unless its next record comes first, and at ceil_I(S) + 300 before its first, S the job's
+# start; D2 = 0, so a record is read at its partition's highest event time so far. Only a
+# 64-offset word over which that rises by more than I + 300 = 400 is read again.
+WORDS_RISE = [(0, 0, 0), (0, 64, 400), (0, 128, 800)]  # p0 rises 400 per word
+
+
+@pytest.mark.parametrize(
+    ("rows", "periods"),
+    [
+        # p0 reads 400 at 400: idle at ceil(0) + 400 = 400 only if nothing came before it
+        ([(0, 0, 0), (0, 1, 400), (1, 0, 100), (1, 1, 350)], set()),
+        ([(0, 0, 0), (0, 1, 401), (1, 0, 100), (1, 1, 350)], {(0, 400, 1, 401)}),
+        # a word rising 0 -> 300 -> 600 is read again: no jump over 400, no period
+        ([(0, 0, 0), (0, 1, 300), (0, 2, 600)], set()),
+        # p1 starts at 300: idle from ceil(S = 0) + 300 = 300 only if it started later
+        ([(0, 0, 0), (0, 1, 400), (1, 0, 300)], set()),
+        ([(0, 0, 0), (0, 1, 400), (1, 0, 301)], {(1, 300, 0, 301)}),
+        # the archive ends at ceil(800) = 800; p1's last record at 400 goes idle at
+        # ceil(400) + 400 = 800, not after: idle to the end; at 401, at 900
+        ([*WORDS_RISE, (1, 0, 100), (1, 1, 400)], {(1, 800, None, None)}),
+        ([*WORDS_RISE, (1, 0, 100), (1, 1, 401)], set()),
+    ],
+)
+def test_idle_periods_read_again_only_the_words_rising_past_the_wait(spark, rows, periods):
+    records = spark.createDataFrame(
+        [("t", *row) for row in rows],
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
+    )
+    buckets = first_offsets.Buckets(TumblingWindows(1000), {"t": 0}, 100, 0)
+    grouped = first_offsets.group_records(records, buckets, highest=True)
+    found = first_offsets.idle_periods(grouped, records, 100, 250, 0)
+
+    def as_set(idle):
+        until = F.col(IDLE_UNTIL)["offset"]
+        return {tuple(r) for r in idle.select(PARTITION, IDLE_FROM, until, WAKES_AT).collect()}
+
+    assert as_set(found) == periods
+    # the sorted path's periods, from each record's processing time
+    highest, read_at = {}, []
+    for partition, offset, et in sorted(rows):
+        highest[partition] = max(highest.get(partition, et), et)
+        read_at.append(("t", partition, offset, highest[partition]))
+    timed = spark.createDataFrame(
+        read_at, f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
+    )
+    assert as_set(idleness.idle_periods(timed, 100, 250)) == periods
+    grouped.unpersist()

@@ -9,6 +9,8 @@ record, ``ceil_I(S) + 300`` with S the job's first processing time.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -25,6 +27,7 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
     backfill,
+    first_offsets,
 )
 from feast_stream_backfill.columns import (
     IDLE_FROM,
@@ -208,3 +211,50 @@ def successive(read_at, interval, timeout):
 def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, timeout):
     read_at = {p: [int(t) for t in np.cumsum(g)] for p, g in gaps.items()}
     assert periods(spark, read_at, interval, timeout) == successive(read_at, interval, timeout)
+
+
+# D1 = 0: p0 reads et 0 at 0, then 400 at 400; p1 100 at 100, 350 at 350. After its record at
+# 0, p0 would go idle at ceil(0) + 400 = 400, but its next record is read at 400: never idle.
+# W = min(399, 349) at tick 400 fires both [0, 200) windows; a's [400, 600) and b's
+# [200, 400) stay pending. With p0's second record at et 401, p0 is idle at tick 400: W = 349
+# fires them at 400 all the same, where without idleness p0 holds it at -1 until tick 500.
+# Either way the records are not sorted (first_offsets.idle_periods finds the period).
+def steady(second: int) -> list[tuple]:
+    return [(0, 0, 0, "a", 1.0), (0, 1, second, "a", 2.0), (1, 0, 100, "b", 4.0)] + [
+        (1, 1, 350, "b", 8.0)
+    ]
+
+
+@pytest.mark.parametrize("second", [400, 401])
+def test_idle_periods_need_no_sort(make_archive, monkeypatch, second):
+    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
+    sorted_reads = []
+    timed = backfill_module.timed_records
+    monkeypatch.setattr(
+        backfill_module, "timed_records", lambda *args: sorted_reads.append(1) or timed(*args)
+    )
+    expected = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
+    assert simulated(steady(second), 200, T) == expected
+    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    assert spark_log(make_archive, steady(second), 200, idle) == (expected, 2)
+    held = WatermarkStrategy(interval_ms=TICK)
+    fired_at = 500 if second == 401 else 400
+    assert spark_log(make_archive, steady(second), 200, held)[0] == [
+        ("a", 0, 200, fired_at, 1),
+        ("b", 0, 200, fired_at, 1),
+    ]
+    assert not sorted_reads
+
+
+def test_too_many_words_to_read_again_take_the_sorted_path(make_archive, monkeypatch):
+    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
+    monkeypatch.setattr(first_offsets, "MAX_IDLE_WORDS", 0)
+    sorted_reads = []
+    timed = backfill_module.timed_records
+    monkeypatch.setattr(
+        backfill_module, "timed_records", lambda *args: sorted_reads.append(1) or timed(*args)
+    )
+    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    expected = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
+    assert spark_log(make_archive, steady(401), 200, idle) == (expected, 2)
+    assert sorted_reads

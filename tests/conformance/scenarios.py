@@ -343,7 +343,8 @@ def at_realistic_times(scenario: Scenario) -> bool:
 def unsorted(job: Job) -> Job:
     """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
     time, the default trigger without lateness, periodic watermarks (every 200 ms where the
-    job has none), D1 = 0, no idleness."""
+    job has none), D1 = 0; idleness kept (where no partition goes idle, the job runs without
+    the sort)."""
     return replace(
         job,
         domain="event",
@@ -352,5 +353,4 @@ def unsorted(job: Job) -> Job:
         interval=job.interval or 200,
         lateness=0,
         min_gap=0,
-        idleness=0,
     )
