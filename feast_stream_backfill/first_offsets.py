@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from functools import reduce
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
@@ -323,8 +323,10 @@ def idle_periods(
     if not rising:  # no word to read again: no record is read
         return at_ends
     words_schema = f"{TOPIC} string, {PARTITION} int, {_WORD} long, {_BEFORE} long"
-    again = records.withColumn(_WORD, F.shiftright(OFFSET, 6)).join(
-        F.broadcast(spark.createDataFrame(rising, words_schema)), [TOPIC, PARTITION, _WORD]
+    again = (
+        records.where(_offsets_within(rising))
+        .withColumn(_WORD, F.shiftright(OFFSET, 6))
+        .join(F.broadcast(spark.createDataFrame(rising, words_schema)), [TOPIC, PARTITION, _WORD])
     )
     by_offset = Window.partitionBy(TOPIC, PARTITION, _WORD).orderBy(OFFSET)
     so_far = F.max(EVENT_TIME).over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
@@ -341,6 +343,25 @@ def idle_periods(
         F.col(PROCESSING_TIME).alias(WAKES_AT),
     ).where(F.col(IDLE_FROM) < F.col(WAKES_AT))
     return within.unionByName(at_ends)
+
+
+def _offsets_within(words: Sequence[Row]) -> Column:
+    """The records of ``words`` (``_topic``, ``_partition``, ``_word``), or more, as a filter
+    on offsets that the archive's reader applies (Parquet row groups and Delta files whose
+    offsets lie outside are skipped: 0.4 s instead of 1.4 s for one word at 16M records): a
+    few merged ranges per partition, none (every record) where the partitions are many."""
+    ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for word in words:
+        lo = word[_WORD] << 6
+        ranges.setdefault((word[TOPIC], word[PARTITION]), []).append((lo, lo + 64))
+    if len(ranges) > MAX_PUSHED_RANGES:
+        return F.lit(True)
+    within = F.lit(False)
+    for (topic, partition), pairs in ranges.items():
+        for lo, hi in _merged(sorted(pairs), MAX_PUSHED_RANGES // len(ranges)):
+            span = (F.col(OFFSET) >= lo) & (F.col(OFFSET) < hi)
+            within = within | ((F.col(TOPIC) == topic) & (F.col(PARTITION) == partition) & span)
+    return within
 
 
 def _copies(words: DataFrame) -> DataFrame:
