@@ -329,7 +329,9 @@ def _per_status_by_offsets(
         if idleness:
             interval, timeout = job.watermark.interval_ms, job.watermark.idle_timeout_ms
             delay = job.processing_time.min_delay_ms
-            idle = first_offsets.idle_periods(grouped, records, interval, timeout, delay)
+            idle = first_offsets.idle_periods(
+                grouped, records, offsets.partitions, interval, timeout, delay
+            )
             if idle is None:
                 grouped.unpersist()
                 return None

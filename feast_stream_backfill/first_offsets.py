@@ -269,7 +269,12 @@ def offset_words(grouped: DataFrame) -> OffsetWords:
 
 
 def idle_periods(
-    grouped: DataFrame, records: DataFrame, interval_ms: int, timeout_ms: int, delay_ms: int
+    grouped: DataFrame,
+    records: DataFrame,
+    partitions: Sequence[tuple[str, int]],
+    interval_ms: int,
+    timeout_ms: int,
+    delay_ms: int,
 ) -> DataFrame | None:
     """:func:`idleness.idle_periods` with D1 = 0, without sorting the records; None where
     more than :data:`MAX_IDLE_WORDS` words would be read again (the sorted path's then).
@@ -283,43 +288,44 @@ def idle_periods(
     one: their records alone are read again, in offset order from the running max before the
     word. Before a partition's first record and after its last, the closed forms hold."""
     wait = idle_wait_ms(interval_ms, timeout_ms)
-    per_word = grouped.groupBy(TOPIC, PARTITION, _WORD).agg(
-        F.max(_HIGHEST).alias(_HIGHEST), *_lowest_offset()
-    )
-    earlier = Window.partitionBy(TOPIC, PARTITION).orderBy(_WORD)
-    before = F.max(_HIGHEST).over(earlier.rowsBetween(Window.unboundedPreceding, -1))
-    words = per_word.select("*", before.alias(_BEFORE)).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    # a partition's first word rises from its first record's event time
-    risen = F.col(_HIGHEST) - F.coalesce(_BEFORE, EVENT_TIME) > interval_ms + wait
-    rising = words.where(risen).select(TOPIC, PARTITION, _WORD, _BEFORE)
-    rising = rising.limit(MAX_IDLE_WORDS + 1).collect()
-    extremes = (
-        words.groupBy(TOPIC, PARTITION)
-        .agg(*_lowest_offset(), F.max(_HIGHEST).alias(_HIGHEST))
-        .collect()
-    )
-    words.unpersist()
-    if len(rising) > MAX_IDLE_WORDS:
+    words = _words_rising(grouped, interval_ms + wait, len(partitions))
+    if words is None:
         return None
 
     def tick(time: int) -> int:
         return -(-time // interval_ms) * interval_ms
 
+    firsts = [word for word in words if word[_BEFORE] is None]
+    lasts = {  # a partition's highest event time, where its last word leaves the running max
+        (word[TOPIC], word[PARTITION]): max(
+            v for v in (word[_HIGHEST], word[_BEFORE]) if v is not None
+        )
+        for word in words
+        if word["_last"]
+    }
+    start = tick(delay_ms + min(word[EVENT_TIME] for word in firsts))
+    end = tick(delay_ms + max(lasts.values()))
+    ends = [  # idle before its first record, which wakes it
+        (word[TOPIC], word[PARTITION], word[OFFSET], delay_ms + word[EVENT_TIME], start + wait)
+        for word in firsts
+        if start + wait < delay_ms + word[EVENT_TIME]
+    ]
+    ends += [  # idle after its last record, to the end
+        (topic, partition, None, None, tick(delay_ms + last) + interval_ms + wait)
+        for (topic, partition), last in lasts.items()
+        if tick(delay_ms + last) + interval_ms + wait <= end
+    ]
     spark = records.sparkSession
-    start = tick(delay_ms + min(row[EVENT_TIME] for row in extremes))
-    end = tick(delay_ms + max(row[_HIGHEST] for row in extremes))
-    ends = []
-    for row in extremes:
-        first, last = delay_ms + row[EVENT_TIME], delay_ms + row[_HIGHEST]
-        if start + wait < first:  # idle before its first record, which wakes it
-            ends.append((row[TOPIC], row[PARTITION], row[OFFSET], first, start + wait))
-        if tick(last) + interval_ms + wait <= end:  # idle after its last, to the end
-            ends.append((row[TOPIC], row[PARTITION], None, None, tick(last) + interval_ms + wait))
     schema = f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
     woken = F.when(F.col(OFFSET).isNotNull(), record_position())
     at_ends = spark.createDataFrame(ends, f"{schema}, {IDLE_FROM} long").select(
         TOPIC, PARTITION, IDLE_FROM, woken.alias(IDLE_UNTIL), F.col(PROCESSING_TIME).alias(WAKES_AT)
     )
+    rising = [
+        (word[TOPIC], word[PARTITION], word[_WORD], word[_BEFORE])
+        for word in words
+        if word["_risen"]
+    ]
     if not rising:  # no word to read again: no record is read
         return at_ends
     words_schema = f"{TOPIC} string, {PARTITION} int, {_WORD} long, {_BEFORE} long"
@@ -345,15 +351,42 @@ def idle_periods(
     return within.unionByName(at_ends)
 
 
-def _offsets_within(words: Sequence[Row]) -> Column:
-    """The records of ``words`` (``_topic``, ``_partition``, ``_word``), or more, as a filter
+def _words_rising(grouped: DataFrame, most: int, partitions: int) -> list[Row] | None:
+    """Of each partition's 64-offset words (of :func:`group_records`, with ``highest``), in
+    one job: those over which the running max of event time rises by more than ``most``
+    (``_risen``; from the first record's event time in the partition's first word), and the
+    first and last (``_last``), with ``_before``, the running max before the word (null in
+    the first), their highest event time, lowest offset and its event time. None where more
+    than :data:`MAX_IDLE_WORDS` rise."""
+    per_word = grouped.groupBy(TOPIC, PARTITION, _WORD).agg(
+        F.max(_HIGHEST).alias(_HIGHEST), *_lowest_offset()
+    )
+    earlier = Window.partitionBy(TOPIC, PARTITION).orderBy(_WORD)
+    before = F.max(_HIGHEST).over(earlier.rowsBetween(Window.unboundedPreceding, -1))
+    risen = F.col(_HIGHEST) - F.coalesce(_BEFORE, EVENT_TIME) > most
+    most_rows = MAX_IDLE_WORDS + 2 * partitions
+    words = (
+        per_word.select(
+            "*", before.alias(_BEFORE), F.lead(_WORD).over(earlier).isNull().alias("_last")
+        )
+        .select("*", risen.alias("_risen"))
+        .where(F.col("_risen") | F.col(_BEFORE).isNull() | F.col("_last"))
+        .limit(most_rows + 1)
+        .collect()
+    )
+    if len(words) > most_rows or sum(word["_risen"] for word in words) > MAX_IDLE_WORDS:
+        return None
+    return words
+
+
+def _offsets_within(words: Sequence[tuple[str, int, int, int]]) -> Column:
+    """The records of ``words`` (topic, partition, word, ...), or more, as a filter
     on offsets that the archive's reader applies (Parquet row groups and Delta files whose
     offsets lie outside are skipped: 0.4 s instead of 1.4 s for one word at 16M records): a
     few merged ranges per partition, none (every record) where the partitions are many."""
     ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for word in words:
-        lo = word[_WORD] << 6
-        ranges.setdefault((word[TOPIC], word[PARTITION]), []).append((lo, lo + 64))
+    for topic, partition, word, *_ in words:
+        ranges.setdefault((topic, partition), []).append((word << 6, (word + 1) << 6))
     if len(ranges) > MAX_PUSHED_RANGES:
         return F.lit(True)
     within = F.lit(False)

@@ -413,7 +413,8 @@ def test_idle_periods_read_again_only_the_words_rising_past_the_wait(spark, rows
     )
     buckets = first_offsets.Buckets(TumblingWindows(1000), {"t": 0}, 100, 0)
     grouped = first_offsets.group_records(records, buckets, highest=True)
-    found = first_offsets.idle_periods(grouped, records, 100, 250, 0)
+    partitions = sorted({("t", row[0]) for row in rows})
+    found = first_offsets.idle_periods(grouped, records, partitions, 100, 250, 0)
 
     def as_set(idle):
         until = F.col(IDLE_UNTIL)["offset"]
