@@ -45,6 +45,7 @@ from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
+from feast_stream_backfill import window_operator
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
     ARCHIVE_TIME,
@@ -451,18 +452,11 @@ class StatusCounts:
 
 
 def status_counts(per_status: DataFrame, keys: Sequence[str]) -> StatusCounts:
-    """``window_operator.status_counts`` of :func:`per_status`, with its checks."""
+    """:func:`window_operator.status_counts` of :func:`per_status`, with its checks."""
     null_key = reduce(Column.__or__, [F.col(k).isNull() for k in keys])
     unpaired = F.col(UNPAIRED) if UNPAIRED in per_status.columns else F.lit(False)
-    rows = (
-        per_status.groupBy(STATUS)
-        .agg(
-            F.sum("record_count").alias("n"),
-            F.max(unpaired).alias(UNPAIRED),
-            F.max(null_key).alias("_null_key"),
-        )
-        .collect()
-    )
+    flags = {UNPAIRED: unpaired, "_null_key": null_key}
+    rows = window_operator.status_counts(per_status, **flags).collect()
     return StatusCounts(
         statuses={row[STATUS]: row["n"] for row in rows},
         unpaired=any(row[UNPAIRED] for row in rows),

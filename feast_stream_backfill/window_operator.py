@@ -154,9 +154,12 @@ def dropped_records(per_status: DataFrame, keys: Sequence[str]) -> DataFrame:
     )
 
 
-def status_counts(per_status: DataFrame) -> DataFrame:
-    """``n`` (record, window) pairs per ``_status``, from :func:`by_status`."""
-    return per_status.groupBy(STATUS).agg(F.sum("record_count").alias("n"))
+def status_counts(per_status: DataFrame, **flags: Column) -> DataFrame:
+    """``n`` (record, window) pairs per ``_status``, from :func:`by_status`, and per flag
+    (a boolean column of its rows, named by the keyword) whether some row of the status
+    holds it: checks read on the same pass."""
+    held = [F.max(flag).alias(name) for name, flag in flags.items()]
+    return per_status.groupBy(STATUS).agg(F.sum("record_count").alias("n"), *held)
 
 
 def _firing(window: list[str], by_record: bool, aggregations: Sequence[Aggregation]) -> list:
