@@ -220,23 +220,33 @@ def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, tim
 # fires them at 400 all the same, where without idleness p0 holds it at -1 until tick 500.
 # Either way the records are not sorted (first_offsets.idle_periods finds the period).
 def steady(second: int) -> list[tuple]:
-    return [(0, 0, 0, "a", 1.0), (0, 1, second, "a", 2.0), (1, 0, 100, "b", 4.0)] + [
-        (1, 1, 350, "b", 8.0)
+    return [
+        (0, 0, 0, "a", 1.0),
+        (0, 1, second, "a", 2.0),
+        (1, 0, 100, "b", 4.0),
+        (1, 1, 350, "b", 8.0),
     ]
 
 
-@pytest.mark.parametrize("second", [400, 401])
-def test_idle_periods_need_no_sort(make_archive, monkeypatch, second):
+STEADY_FIRED = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
+
+
+@pytest.fixture
+def sorted_reads(monkeypatch) -> list[int]:
+    """One item per time the backfill sorts the records (``timed_records``)."""
     backfill_module = importlib.import_module("feast_stream_backfill.backfill")
-    sorted_reads = []
-    timed = backfill_module.timed_records
+    reads, timed = [], backfill_module.timed_records
     monkeypatch.setattr(
-        backfill_module, "timed_records", lambda *args: sorted_reads.append(1) or timed(*args)
+        backfill_module, "timed_records", lambda *args: reads.append(1) or timed(*args)
     )
-    expected = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
-    assert simulated(steady(second), 200, T) == expected
+    return reads
+
+
+@pytest.mark.parametrize("second", [400, 401])
+def test_idle_periods_need_no_sort(make_archive, sorted_reads, second):
+    assert simulated(steady(second), 200, T) == STEADY_FIRED
     idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
-    assert spark_log(make_archive, steady(second), 200, idle) == (expected, 2)
+    assert spark_log(make_archive, steady(second), 200, idle) == (STEADY_FIRED, 2)
     held = WatermarkStrategy(interval_ms=TICK)
     fired_at = 500 if second == 401 else 400
     assert spark_log(make_archive, steady(second), 200, held)[0] == [
@@ -246,15 +256,8 @@ def test_idle_periods_need_no_sort(make_archive, monkeypatch, second):
     assert not sorted_reads
 
 
-def test_too_many_words_to_read_again_take_the_sorted_path(make_archive, monkeypatch):
-    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
+def test_too_many_words_to_read_again_take_the_sorted_path(make_archive, monkeypatch, sorted_reads):
     monkeypatch.setattr(first_offsets, "MAX_IDLE_WORDS", 0)
-    sorted_reads = []
-    timed = backfill_module.timed_records
-    monkeypatch.setattr(
-        backfill_module, "timed_records", lambda *args: sorted_reads.append(1) or timed(*args)
-    )
     idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
-    expected = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
-    assert spark_log(make_archive, steady(401), 200, idle) == (expected, 2)
+    assert spark_log(make_archive, steady(401), 200, idle) == (STEADY_FIRED, 2)
     assert sorted_reads
