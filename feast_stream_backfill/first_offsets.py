@@ -302,7 +302,7 @@ def idle_periods(
             v for v in (word[_HIGHEST], word[_BEFORE]) if v is not None
         )
         for word in words
-        if word["_last"]
+        if word["_last_word"]
     }
     start = tick(delay_ms + min(word[EVENT_TIME] for word in firsts))
     end = tick(delay_ms + max(lasts.values()))
@@ -356,7 +356,7 @@ def _words_rising(grouped: DataFrame, most: int, partitions: int) -> list[Row] |
     """Of each partition's 64-offset words (of :func:`group_records`, with ``highest``), in
     one job: those over which the running max of event time rises by more than ``most``
     (``_risen``; from the first record's event time in the partition's first word), and the
-    first and last (``_last``), with ``_before``, the running max before the word (null in
+    first and last (``_last_word``), with ``_before``, the running max before the word (null in
     the first), their highest event time, lowest offset and its event time. None where more
     than :data:`MAX_IDLE_WORDS` rise."""
     per_word = grouped.groupBy(TOPIC, PARTITION, _WORD).agg(
@@ -368,10 +368,10 @@ def _words_rising(grouped: DataFrame, most: int, partitions: int) -> list[Row] |
     most_rows = MAX_IDLE_WORDS + 2 * partitions
     words = (
         per_word.select(
-            "*", before.alias(_BEFORE), F.lead(_WORD).over(earlier).isNull().alias("_last")
+            "*", before.alias(_BEFORE), F.lead(_WORD).over(earlier).isNull().alias("_last_word")
         )
         .select("*", risen.alias("_risen"))
-        .where(F.col("_risen") | F.col(_BEFORE).isNull() | F.col("_last"))
+        .where(F.col("_risen") | F.col(_BEFORE).isNull() | F.col("_last_word"))
         .limit(most_rows + 1)
         .collect()
     )
