@@ -137,10 +137,15 @@ def by_status(
     records (a timer's firing; null otherwise: no other records are summed, so none can
     overflow). Timer firings, dropped records and status counts are all read from it. A
     trigger without a timer fires on records alone (:func:`firings` sums them): then only
-    the counts are computed, per window and status."""
+    dropped records are counted per window, the others per status alone (their key and
+    window null), so that the aggregate is a few rows, not one per window (16M records:
+    the windows' stage 9.8 s before)."""
     window_status = [*keys, WINDOW_START, WINDOW_END, STATUS]
     if trigger.timer is None:
-        return classified.groupBy(*window_status).agg(F.count(F.lit(1)).alias("record_count"))
+        dropped = F.col(STATUS) == DROPPED
+        where_dropped = [F.when(dropped, F.col(c)).alias(c) for c in window_status[:-1]]
+        count = F.count(F.lit(1)).alias("record_count")
+        return classified.groupBy(*where_dropped, STATUS).agg(count)
     on_time = F.col(STATUS) == ON_TIME
     return classified.groupBy(*window_status, FIRE_POSITION).agg(
         *_values(aggregations, only=on_time)
