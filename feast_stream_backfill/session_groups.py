@@ -25,7 +25,6 @@ sorted by key and processing order; ``W`` is the watermark each record sees.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +41,9 @@ EXACT = float(1 << 53)
 #: a gap ahead; which are accepted depends on the drops before it, found a pass at a time (each
 #: pass sound; a chain of drops longer than this goes to the replay).
 MAX_PASSES = 8
+#: Runs this short are aggregated a row at a time across all of them (a numpy step per row);
+#: each longer run by its own ``accumulate`` (sessions are mostly short, a hot key's long).
+SHORT_RUN = 64
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,49 @@ def _first_of_segment(starts: np.ndarray) -> np.ndarray:
 
 
 def running(kind: str, values: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """Inclusive running ``cummax``/``cummin``/``cumsum`` within each segment."""
-    return getattr(pd.Series(values).groupby(segment, sort=False), kind)().to_numpy()
+    """Inclusive running ``cummax``/``cummin``/``cumsum`` within each segment (a run of equal
+    ``segment``: callers number consecutive rows), in row order. A float sum adds one term at
+    a time, as the replay (and Java) does: numpy's pairwise and pandas' Kahan sums round
+    differently. A float maximum or minimum keeps the earlier value on a tie (``-0.0``
+    against ``0.0``), as pandas does; numpy's ``maximum`` takes the later one."""
+    if kind == "cumsum" and values.dtype.kind != "f":  # a difference of prefix sums: exact
+        so_far = np.cumsum(values)
+        starts, lengths = _runs(segment)
+        return so_far - np.repeat(so_far[starts] - values[starts], lengths)
+    if kind != "cumsum" and values.dtype.kind == "f":
+        return getattr(pd.Series(values).groupby(segment, sort=False), kind)().to_numpy()
+    return _in_order(_UFUNCS[kind], values, segment)
+
+
+_UFUNCS = {"cumsum": np.add, "cummax": np.maximum, "cummin": np.minimum}
+
+
+def _runs(segment: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal ``segment`` starts, and its length."""
+    if not len(segment):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
+    return starts, np.diff(np.r_[starts, len(segment)])
+
+
+def _in_order(ufunc: np.ufunc, values: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """``ufunc`` applied along each run of ``segment`` one row at a time, from its first
+    value. Runs up to :data:`SHORT_RUN` rows advance together, a row a step; each longer one
+    is one ``ufunc.accumulate`` (sequential)."""
+    out = np.empty_like(values)
+    starts, lengths = _runs(segment)
+    short = lengths <= SHORT_RUN
+    at, left = starts[short], lengths[short]
+    so_far = values[at]
+    out[at] = so_far
+    for step in range(1, int(left.max(initial=0))):
+        going = left > step
+        at, left, so_far = at[going], left[going], so_far[going]
+        so_far = ufunc(so_far, values[at + step])
+        out[at + step] = so_far
+    for start, length in zip(starts[~short].tolist(), lengths[~short].tolist(), strict=True):
+        ufunc.accumulate(values[start : start + length], out=out[start : start + length])
+    return out
 
 
 def _before(kind: str, values: np.ndarray, segment: np.ndarray, starts: np.ndarray, empty):
@@ -174,17 +217,6 @@ def inexact(columns: list[tuple[str, Column]], rows: np.ndarray, session: np.nda
     return risky
 
 
-def _added_in_order(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """Running float sums within each segment, one term at a time as the replay (and Java)
-    adds: numpy's pairwise and pandas' Kahan sums round differently."""
-    bounds = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1], True]).tolist()
-    terms = values.tolist()
-    sums: list[float] = []
-    for start, end in itertools.pairwise(bounds):
-        sums.extend(itertools.accumulate(terms[start:end]))
-    return np.array(sums, dtype=np.float64)
-
-
 def aggregate(
     function: str, column: Column, rows: np.ndarray, session: np.ndarray, cumulative: bool
 ):
@@ -202,7 +234,7 @@ def aggregate(
         values = column.values[rows]
         values = np.where(valid, values, _identity(function, values))
         if values.dtype.kind == "f" and function in ("sum", "mean"):
-            result = _added_in_order(values, groups)
+            result = running("cumsum", values, groups)
             if function == "mean":  # its sum starts from 0: never -0.0
                 result = result + 0.0
         else:

@@ -23,7 +23,14 @@ from feast_stream_backfill.aggregations import FUNCTIONS, Aggregation
 from feast_stream_backfill.columns import WINDOW_END, WINDOW_START
 from feast_stream_backfill.merging_window_set import ProcessingClock, WatermarkTimeline
 from feast_stream_backfill.processing_order import CLOCK, LONG_MIN, RECORD, TICK, Position
-from feast_stream_backfill.session_groups import Column, aggregate, classify, stretches
+from feast_stream_backfill.session_groups import (
+    SHORT_RUN,
+    Column,
+    aggregate,
+    classify,
+    running,
+    stretches,
+)
 from feast_stream_backfill.triggers import (
     EventTimeTrigger,
     PerRecordTrigger,
@@ -117,6 +124,33 @@ def test_aggregates_keep_javas_signed_zeros_and_add_in_order():
     for term in terms:
         expected += term
     assert total == expected
+
+
+def test_running_aggregates_follow_each_run_in_row_order_short_or_long():
+    # runs of 1, 3, SHORT_RUN and longer: the short ones go a row at a time together, the
+    # long ones by accumulate; sums where the order of additions shows (1e16 + 1 == 1e16)
+    lengths = [1, 3, SHORT_RUN, SHORT_RUN + 1, 3 * SHORT_RUN]
+    segment = np.repeat(np.arange(len(lengths)) * 7, lengths)  # numbered with gaps
+    terms = np.resize([1e16, 1.0, 1.0, -1e16, -0.0, 3.5], len(segment))
+    times = np.resize([5, LONG_MIN, 9, 2, 9, (1 << 63) - 1, -3], len(segment)).astype(np.int64)
+    expected = {"cumsum": [], "cummax": [], "cummin": [], "count": []}
+    for run in np.split(np.arange(len(segment)), np.cumsum(lengths)[:-1]):
+        total, high, low = None, None, None
+        for i in run:
+            total = terms[i] if total is None else total + terms[i]
+            high = times[i] if high is None else max(high, times[i])
+            low = times[i] if low is None else min(low, times[i])
+            expected["cumsum"].append(total)
+            expected["cummax"].append(high)
+            expected["cummin"].append(low)
+        expected["count"] += list(range(1, len(run) + 1))
+    sums = running("cumsum", terms, segment)
+    assert sums.view(np.int64).tolist() == np.array(expected["cumsum"]).view(np.int64).tolist()
+    assert running("cummax", times, segment).tolist() == expected["cummax"]
+    assert running("cummin", times, segment).tolist() == expected["cummin"]
+    ones = np.ones(len(segment), dtype=np.int64)
+    assert running("cumsum", ones, segment).tolist() == expected["count"]
+    assert running("cumsum", np.zeros(0), np.zeros(0, dtype=np.int64)).size == 0
 
 
 positions = st.builds(
