@@ -231,7 +231,7 @@ def main() -> None:
             best = max(best, rate) if "empty" in label else best
             print(
                 f"plugin {label}: {written:,} keys in {elapsed:.1f} s = {rate:,.0f} keys/s "
-                f"({rate / ceiling:.0%} of redis-benchmark); redis-server busy "
+                f"({rate / ceiling:.0%} of the one-field HSET above); redis-server busy "
                 f"{cpu_seconds(proc.pid) - busy:.1f} s, Spark (driver, executors, Python "
                 f"workers) {own_cpu_seconds(proc.pid) - spark:.1f} s"
             )
