@@ -23,6 +23,7 @@ import ipaddress
 import re
 import socket
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from functools import partial
@@ -44,6 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from tqdm import tqdm
 
+from feast_stream_backfill.feast_plugin import ALPHA_WARNING
 from feast_stream_backfill.feast_plugin.apply_checks import check_views
 from feast_stream_backfill.feast_plugin.definitions import check_supported, is_windowed
 from feast_stream_backfill.feast_plugin.emission_cleanup import (
@@ -211,7 +213,9 @@ def _view_from_proto(view_bytes: bytes, stream: bool) -> FeatureView:
     if stream:
         from feast.protos.feast.core.StreamFeatureView_pb2 import StreamFeatureView as StreamProto
 
-        return StreamFeatureView.from_proto(StreamProto.FromString(view_bytes), skip_udf=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", ALPHA_WARNING, RuntimeWarning)
+            return StreamFeatureView.from_proto(StreamProto.FromString(view_bytes), skip_udf=True)
     from feast.protos.feast.core.FeatureView_pb2 import FeatureView as ViewProto
 
     return FeatureView.from_proto(ViewProto.FromString(view_bytes), skip_udf=True)
