@@ -13,7 +13,7 @@ import redis
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.spark import get_spark
+from feast_stream_backfill.spark import DEFAULT_CONF, get_spark
 
 # Every Spark JVM the tests start, here or in a `feast` subprocess, reads these defaults.
 os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
@@ -25,6 +25,13 @@ SHUFFLE_PARTITIONS = "2"
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
+    """The suite's session. A bare one Feast started in this process (it does when it builds a
+    ``mode="spark"`` view with a udf, as a test file run earlier here may) is stopped first, as
+    the plugin's ``spark_for`` does: ``get_spark`` would hand it over without Delta Lake."""
+    active = SparkSession.getActiveSession()
+    delta = DEFAULT_CONF["spark.sql.extensions"]
+    if active is not None and delta not in active.conf.get("spark.sql.extensions", ""):
+        active.stop()
     return get_spark(
         {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS, "spark.default.parallelism": "2"}
     )

@@ -10,7 +10,6 @@ from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, Val
 from feast.aggregation import Aggregation as FeastAggregation
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Float64, String
-from pyspark.sql import SparkSession
 
 from feast_stream_backfill import (
     Aggregation,
@@ -24,18 +23,13 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
 )
-from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, stream_job
-
-
-@pytest.fixture(autouse=True)
-def _no_bare_spark_session_left():
-    """Feast starts a bare Spark session (no Delta Lake) when it builds a ``mode="spark"`` view
-    with a udf; a later test file in this process would be handed it by ``get_spark`` and fail
-    on its first Delta table. The plugin stops such a session itself (``spark_for``)."""
-    yield
-    active = SparkSession.getActiveSession()
-    if active is not None and "Delta" not in active.conf.get("spark.sql.extensions", ""):
-        active.stop()
+from feast_stream_backfill.feast_plugin import (
+    ALPHA_WARNING,
+    archive_tags,
+    backfill_tags,
+    stream_job,
+)
+from feast_stream_backfill.feast_plugin.compute_engine import _view_from_proto
 
 
 def view(aggregations, tags=None, udf=None) -> StreamFeatureView:
@@ -164,9 +158,6 @@ def test_feasts_alpha_warning_for_stream_views_is_not_shown_to_the_plugins_users
     then the plugin (as ``feast`` commands do for ``feature_store.yaml``'s ``type:`` paths),
     and in a Spark task rebuilding a view (where a Feast module imported later puts its own
     filter first, as ``always`` does here), the plugin's users do not see it."""
-    from feast_stream_backfill.feast_plugin import ALPHA_WARNING
-    from feast_stream_backfill.feast_plugin.compute_engine import _view_from_proto
-
     built = view([]).to_proto().SerializeToString()
 
     def alpha(caught) -> list:
