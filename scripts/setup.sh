@@ -28,7 +28,7 @@ if [ ! -f "$stamp" ]; then
   echo "Installing Python packages into .venv"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[test,docs]"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 
