@@ -1,4 +1,6 @@
-"""What would the job have written, and when? The emission log (SEMANTICS section 4).
+"""What would the job have written, and when? The emission log.
+
+The model: docs/concepts/model.md#the-emission-log.
 
 One row per firing per key. Per key, rows are totally ordered by ``(emit_time,
 emit_sequence)``: at one instant, records are processed before the watermark tick of that

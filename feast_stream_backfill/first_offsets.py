@@ -1,8 +1,8 @@
 """Aligned event-time windows without sorting the records by offset (D1 = 0).
 
 With D1 = 0 a record is read at ``D2`` plus the highest event time of its partition up to it
-(SEMANTICS section 1), so the questions the watermark and the triggers ask need no order of
-records, only *first offsets*:
+(docs/concepts/model.md#records-and-processing-time), so the questions the watermark and the
+triggers ask need no order of records, only *first offsets*:
 
 - the first record of a partition with ``et >= v`` raises that highest event time, so it is
   read at ``D2 + et``: there the partition's watermark first reaches ``v - B - 1``, and the

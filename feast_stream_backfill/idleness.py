@@ -1,4 +1,6 @@
-"""Idle partitions and the combined watermark they no longer hold back (SEMANTICS section 2).
+"""Idle partitions and the combined watermark they no longer hold back.
+
+The model: docs/concepts/model.md#idleness.
 
 Flink's ``WatermarksWithIdleness`` checks for idleness only on the periodic timer's ticks
 (``IdlenessTimer.checkIfIdle``): a tick that saw no new record starts the inactivity clock, a

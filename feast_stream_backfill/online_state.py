@@ -1,4 +1,6 @@
-"""What does the online store hold at time T? (SEMANTICS section 5)
+"""What does the online store hold at time T?
+
+The model: docs/concepts/model.md#the-online-store.
 
 Per key, the last emission with ``emit_time <= T`` in ``(emit_time, emit_sequence)`` order:
 a late firing of an older window overwrites a newer window's value, as an upsert sink does.

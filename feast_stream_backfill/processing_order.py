@@ -1,4 +1,6 @@
-"""The global processing order (SEMANTICS section 1): where every moment of the job stands.
+"""The global processing order: where every moment of the job stands.
+
+The model: docs/concepts/model.md#records-and-processing-time.
 
 Records, periodic watermark ticks and processing-time timers are moments of one order, a
 :class:`Position` ``(time, phase, topic, partition, offset)`` compared field by field. Within

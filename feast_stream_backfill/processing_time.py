@@ -1,4 +1,6 @@
-"""When would the job have read each record? (SEMANTICS section 1)
+"""When would the job have read each record?
+
+The model: docs/concepts/model.md#records-and-processing-time.
 
 Per (topic, partition), in offset order, the earliest processing times consistent with two
 rules: successive records are at least ``D1`` apart, and a record is read at least ``D2`` after

@@ -1,4 +1,6 @@
-"""Which value was in the online store at a prediction's instant? (SEMANTICS section 6)
+"""Which value was in the online store at a prediction's instant?
+
+The model: docs/concepts/model.md#training-sets.
 
 For a prediction ``(key, t)`` the value is the last emission with ``emit_time <= t`` (ties by
 ``emit_sequence``), or null where there is none or it is older than the ttl.

@@ -1,4 +1,6 @@
-"""When does a window fire? Each trigger's rule, stated once (SEMANTICS section 3).
+"""When does a window fire? Each trigger's rule, stated once.
+
+The model: docs/concepts/model.md#triggers-and-lateness.
 
 As Flink's ``WindowOperator.processElement`` handles one record for one window: if the
 window's state is already gone (event time: ``W >= maxTs + L``, allowed lateness ``L``), the
@@ -57,8 +59,8 @@ class EventTimeTrigger:
 @dataclass(frozen=True)
 class ProcessingTimeTrigger:
     """Flink's ``ProcessingTimeTrigger``, the default for processing-time windows: fires when
-    the clock passes ``maxTs``, at ``maxTs + 1 = end`` (real Flink; SEMANTICS.md says
-    ``maxTs``). Empty windows have no timer: no firing."""
+    the clock passes ``maxTs``, at ``maxTs + 1 = end`` (Flink's timer
+    service delay). Empty windows have no timer: no firing."""
 
     allowed_lateness_ms: ClassVar[int] = 0
     domain: ClassVar[str] = "processing"

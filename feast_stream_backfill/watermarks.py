@@ -1,4 +1,6 @@
-"""When does the job's watermark pass a given event time? (SEMANTICS section 2)
+"""When does the job's watermark pass a given event time?
+
+The model: docs/concepts/model.md#watermarks.
 
 Flink's bounded-out-of-orderness generator gives each partition ``p`` the watermark
 ``maxEt_p - B - 1 ms``; the source combines partitions by MIN, so the combined watermark

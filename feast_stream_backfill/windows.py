@@ -1,4 +1,4 @@
-"""Where does a record go? Window assigners (SEMANTICS section 3).
+"""Where does a record go? Window assigners (docs/concepts/model.md#windows).
 
 Windows are ``[start, end)`` with epoch-aligned starts (shifted by ``offset``), as Flink's
 ``TimeWindow.getWindowStartWithOffset``; ``maxTs = end - 1 ms`` is the instant whose

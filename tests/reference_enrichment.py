@@ -1,4 +1,6 @@
-"""A reference for enrichment (SEMANTICS section 7): one record at a time, the obvious way.
+"""A reference for enrichment: one record at a time, the obvious way.
+
+The model: docs/concepts/model.md#enrichment.
 
 For each distinct record, in processing order, the state table is replayed up to the lookup
 time (``pt + delay`` or ``et``) and the record's key looked up in the resulting dictionary.

@@ -1,4 +1,6 @@
-"""An event-at-a-time reference simulator of SEMANTICS sections 1-4: the executable spec.
+"""An event-at-a-time reference simulator of the model: the executable spec.
+
+docs/concepts/model.md, from records and processing time to the emission log.
 
 Deliberately naive: it replays the records in processing order, one at a time, interleaved
 with the watermark timer's ticks, keeping Flink's state in dictionaries, exactly as

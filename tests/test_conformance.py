@@ -184,7 +184,7 @@ def features(scenario: Scenario) -> set[str]:
             "drops": dropped,
             "periodic": event and job.emission == "periodic" and job.interval,
             "on event": event and job.emission == "on_event",
-            # On-time firings on a periodic tick strictly between records (SEMANTICS 2).
+            # On-time firings on a periodic tick strictly between records (the model's watermarks).
             "ticks between records": event and job.emission == "periodic" and on_ticks - pts,
             "max": job.combine == "max",
             "topic bounds": job.topic_bounds,

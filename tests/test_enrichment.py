@@ -1,4 +1,6 @@
-"""SEMANTICS section 7, enrichment with external state: every expectation computed by hand.
+"""Enrichment with external state, every expectation computed by hand.
+
+The model: docs/concepts/model.md#enrichment.
 
 Seed 004's exchange rates (yen per unit), an SCD type II table without ``valid_to``::
 

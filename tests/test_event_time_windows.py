@@ -1,4 +1,4 @@
-"""SEMANTICS sections 2-4 on one small archive, every expectation computed by hand.
+"""Watermarks, windows and triggers on one small archive, every expectation computed by hand.
 
 Two partitions, tumbling 10 ms windows, B = 0 (a partition's watermark is maxEt - 1 ms), so
 window [0, 10) (maxTs 9) fires once EVERY partition has seen an event time >= 10:

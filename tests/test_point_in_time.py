@@ -1,4 +1,4 @@
-"""SEMANTICS sections 5-6: online state at T and the training join, hand-computed."""
+"""The online store at T and the training join, hand-computed."""
 
 from datetime import datetime, timedelta, timezone
 

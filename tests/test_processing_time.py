@@ -1,4 +1,7 @@
-"""SEMANTICS section 1: inferred processing time, hand-computed, ranged against unranged."""
+"""Inferred processing time, hand-computed, ranged against unranged.
+
+The model: docs/concepts/model.md#records-and-processing-time.
+"""
 
 from functools import reduce
 
@@ -93,7 +96,7 @@ def test_ranges_of_two_offsets_with_a_copy_and_gaps(spark):
 
 
 def recurrence(rows, model: ProcessingTimeModel) -> list[tuple]:
-    """SEMANTICS section 1 step by step, ``pt_i = max(pt_{i-1} + D1, et_i + D2)``, over
+    """The processing-time rule step by step, ``pt_i = max(pt_{i-1} + D1, et_i + D2)``, over
     distinct offsets; a copy repeats its record's rank and time, and conflicts if its payload
     differs (the generator gives copies the same event time)."""
     out = []

@@ -56,8 +56,8 @@ def test_sliding_event_time_windows_fire_in_timer_order_and_drop_per_window(make
 def test_processing_time_windows_fire_when_the_clock_passes_max_ts(make_archive):
     # Windows by pt: a: [0,10) pt 1, 2, 4; [10,20) pt 12; [20,30) pt 25; [30,40) pt 31.
     # Each fires when the clock passes its maxTs: real Flink fires a processing-time timer for
-    # t at t + 1 (ProcessingTimeServiceUtil.getProcessingTimeDelay), so at end, not at maxTs
-    # as SEMANTICS.md says. Late event times notwithstanding, nothing is dropped.
+    # t at t + 1 (ProcessingTimeServiceUtil.getProcessingTimeDelay), so at end, not at
+    # maxTs. Late event times notwithstanding, nothing is dropped.
     emissions, dropped, _ = run(
         make_archive,
         window=TumblingWindows(10, domain="processing"),

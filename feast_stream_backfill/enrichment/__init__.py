@@ -1,4 +1,6 @@
-"""Enrichment with external state, as of when the job would have looked it up (SEMANTICS 7).
+"""Enrichment with external state, as of when the job would have looked it up.
+
+The model: docs/concepts/model.md#enrichment.
 
 A Flink job enriches each record before windowing it: a processing-time lookup join
 (``JOIN rates FOR SYSTEM_TIME AS OF t.proc_time``) reads the external state as it is when the

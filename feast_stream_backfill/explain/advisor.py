@@ -13,9 +13,10 @@ answers them all. Per cell remains the core's classification (one broadcast join
 firings of all cells are computed in one pass, keyed by cell.
 
 "Wrong" compares, per distinct prediction point ``(key, t)``, every feature's value as of ``t``
-in the cell's emission log (the training join of SEMANTICS section 6) with a naive event-time
-join's: each window aggregated over all its records and visible from its end. Null-safe, NaN
-equal to NaN, 1e-9 relative tolerance; with the view's ttl on both sides when given.
+in the cell's emission log (the training join of docs/concepts/model.md#training-sets) with a
+naive event-time join's: each window aggregated over all its records and visible from its
+end. Null-safe, NaN equal to NaN, 1e-9 relative tolerance; with the view's ttl on both sides
+when given.
 """
 
 from __future__ import annotations

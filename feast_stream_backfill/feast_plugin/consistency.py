@@ -1,9 +1,10 @@
 """Do serving and training agree? Online values after ``feast materialize ... T`` against
 ``get_historical_features`` at T, for the same keys, feature by feature.
 
-Both sides are the same function of the emission log (SEMANTICS sections 5 and 6), so any
-mismatch is a bug. The view's ttl applies to both: Feast's Redis reads do not expire values by
-themselves, so an online value older than the ttl at T counts as absent.
+Both sides are the same function of the emission log (docs/concepts/model.md#the-online-store
+and #training-sets), so any mismatch is a bug. The view's ttl applies to both: Feast's Redis
+reads do not expire values by themselves, so an online value older than the ttl at T counts
+as absent.
 
     python -m feast_stream_backfill.feast_plugin.consistency feature_repo user_spend_5m \\
         2026-01-01T02:00:00 --keys 1000

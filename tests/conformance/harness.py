@@ -85,7 +85,7 @@ def build() -> str:
 
 def processing_order(scenarios: list[Scenario]) -> list[list[tuple[int, Record]]]:
     """Each scenario's distinct records as ``(pt, record)`` in global processing order, by the
-    reference simulator (SEMANTICS section 1), independently of the plugin's Spark code."""
+    reference simulator (its own processing times), independently of the plugin's Spark code."""
     return [processing_times(s.records, s.job) for s in scenarios]
 
 
