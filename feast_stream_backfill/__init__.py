@@ -1,6 +1,6 @@
 """Backfill what a Flink job would have written to Redis, and when.
 
-The core (this package minus :mod:`feast_stream_backfill.feast`) works on plain Spark
+The core (this package minus :mod:`feast_stream_backfill.feast_plugin`) works on plain Spark
 DataFrames and knows nothing of Feast. Data flows one way::
 
     records -> processing_time -> enrichment -> watermarks -> windows/triggers -> emission log

@@ -1,4 +1,4 @@
-"""Hostile input (issue 15): each case refused with a message naming the table, the column and
+"""Hostile input: each case refused with a message naming the table, the column and
 a sample place (partition and offset), or given a documented faithful result; nothing written
 half-way. The first bad-input list (missing columns, null Kafka columns, naive timestamps,
 conflicting copies) is ``tests/test_bad_input.py``, whose helpers these tests share.
