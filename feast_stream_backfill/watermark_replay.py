@@ -49,8 +49,8 @@ def replay(
     """``events``: ``_at`` (a position: events at one position are applied together),
     ``_topic``, ``_partition``, ``_kind`` and ``_value``. Returns one row per rise of the
     combined watermark: the position's fields (``time``, ``phase``, ...), ``_from`` and
-    ``_to``. Every partition starts at ``initial``, active. ``combine="max"``: the seed's MAX
-    over partitions (no idleness)."""
+    ``_to``. Every partition starts at ``initial``, active. ``combine="max"``: the aligned
+    readers' MAX over partitions (no idleness)."""
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         return combined_rises(batches, len(partitions), initial, combine)

@@ -67,8 +67,8 @@ class WatermarkStrategy:
 
     ``emission="periodic"`` emits on the timer's ticks (Flink's default generator);
     ``"on_event"`` after every record. Ticks are at multiples of ``interval_ms`` since the epoch.
-    ``combine="min"`` is Flink's source (MIN over partitions); ``"max"`` is the seed's
-    simplification (readers perfectly aligned), also what one reader does when the watermark
+    ``combine="min"`` is Flink's source (MIN over partitions); ``"max"`` takes
+    readers as perfectly aligned, also what one reader does when the watermark
     is assigned after the source. ``idle_timeout_ms`` is ``withIdleness(T)``: checked on the
     ticks only, so with ``interval_ms=0`` nothing ever goes idle, as in Flink
     (:mod:`feast_stream_backfill.idleness`).

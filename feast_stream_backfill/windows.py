@@ -114,8 +114,8 @@ class SlidingWindows:
 @dataclass(frozen=True)
 class SessionWindows:
     """Flink's ``{EventTime,ProcessingTime}SessionWindows.withGap(gap)``: a record opens
-    ``[t, t + gap)``; windows that touch merge (:mod:`merging_window_set`), so there is no
-    closed-form assignment."""
+    ``[t, t + gap)``; windows that touch merge
+    (:mod:`feast_stream_backfill.merging_window_set`), so there is no closed-form assignment."""
 
     gap_ms: int
     domain: Domain = "event"

@@ -66,7 +66,7 @@ def backfill_tags(
 
     ``window_domain``: "event" or "processing" time windows; ``trigger``: "default" (Flink's
     default for the domain) or "per_record" (``CountTrigger.of(1)``); ``watermark_combine``:
-    "min" across partitions (Flink) or "max" (the seed's aligned-readers simplification);
+    "min" across partitions (Flink) or "max" (aligned readers: one running max);
     ``idle_timeout``: ``withIdleness``; ``session_gap``: session windows with that gap instead
     of the aggregations' ``time_window``; ``null_keys``: "refuse" an archive with a null key
     (Flink's ``keyBy`` fails the job) or "drop" those records (a ``filter`` before ``keyBy``),
