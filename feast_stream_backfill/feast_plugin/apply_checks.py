@@ -50,13 +50,19 @@ from feast_stream_backfill.feast_plugin.transformations import view_udf
 from feast_stream_backfill.records import ArchivedTopic
 
 #: The option tags :func:`stream_job` reads with a default, and all it reads (with the optional
-#: idle timeout and session gap).
+#: idle timeout and session gap): any other ``stream_backfill.*`` tag outside
+#: :data:`TAG_FAMILIES` is unknown.
 _DEFAULTS = {**backfill_tags(), **archive_tags()}
-_KNOWN = {
-    *_DEFAULTS,
-    *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1)),
-    *SINK_OPTIONS,
-}
+KNOWN_TAGS = frozenset(
+    {
+        *_DEFAULTS,
+        *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1)),
+        *SINK_OPTIONS,
+    }
+)
+#: Prefixes of the tags named after a declared thing: a lookup's state table, a derived
+#: column, another topic (``stream_backfill.lookup.<table>.*`` and so on).
+TAG_FAMILIES = (LOOKUP, DERIVED, TOPIC)
 
 
 class ApplyCheckError(ValueError):
@@ -92,7 +98,9 @@ def _problems(
     source, archive = view.stream_source, view.batch_source
     tags = {**getattr(archive, "tags", {}), **getattr(source, "tags", {}), **view.tags}
     unknown = [k for k in tags if _is_unknown(k)]
-    bad_ms = [k for k in tags if k in _KNOWN and k.endswith(MILLISECONDS) and not tags[k].isdigit()]
+    bad_ms = [
+        k for k in tags if k in KNOWN_TAGS and k.endswith(MILLISECONDS) and not tags[k].isdigit()
+    ]
     not_modelled = [a for a in view.aggregations if a.function not in FUNCTIONS]
     for key in unknown:
         yield f"{where}: unknown tag {key!r} ({_hint(key)})"
@@ -124,15 +132,11 @@ def _problems(
 
 
 def _is_unknown(key: str) -> bool:
-    return (
-        key.startswith(PREFIX)
-        and key not in _KNOWN
-        and not key.startswith((LOOKUP, DERIVED, TOPIC))
-    )
+    return key.startswith(PREFIX) and key not in KNOWN_TAGS and not key.startswith(TAG_FAMILIES)
 
 
 def _hint(key: str) -> str:
-    close = get_close_matches(key, _KNOWN, n=1)
+    close = get_close_matches(key, KNOWN_TAGS, n=1)
     return f"did you mean {close[0]!r}?" if close else "not an option of feast-stream-backfill"
 
 
@@ -147,7 +151,7 @@ def _topic_problems(where: str, view: StreamFeatureView) -> Iterator[str]:
         tags = own_tags(source)
         for key in filter(_is_unknown, tags):
             yield f"{label}: unknown tag {key!r} ({_hint(key)})"
-        job_options = sorted(k for k in tags if k in _KNOWN and k not in TOPIC_OPTIONS)
+        job_options = sorted(k for k in tags if k in KNOWN_TAGS and k not in TOPIC_OPTIONS)
         if job_options:
             yield (
                 f"{label}: tag(s) {job_options} are the job's options, read from the view and "
