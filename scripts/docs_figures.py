@@ -1,8 +1,10 @@
-"""Draws the docs' explanatory figure of the watermark (docs/images/watermark.png).
+"""Draws the docs' figures: the watermark (docs/images/watermark.png) and the flow of the code
+(docs/images/flow.png). Static pictures, so that the pages read the same offline and on GitHub.
 
-A small hand-made example, computed here with the model's rules in plain Python so that the
-picture needs no Spark: two partitions, processing time as the running maximum of event time
-plus a delay, per-partition watermarks, their MIN moved on periodic ticks, and one window.
+The watermark is a small hand-made example, computed here with the model's rules in plain
+Python so that the picture needs no Spark: two partitions, processing time as the running
+maximum of event time plus a delay, per-partition watermarks, their MIN moved on periodic ticks,
+and one window.
 """
 
 from __future__ import annotations
@@ -39,10 +41,54 @@ def watermark_at(t: float, records: list[tuple[float, float]]) -> float:
     return max(seen) - B - 0.001 if seen else -math.inf
 
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "images" / "watermark.png"
+IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+
+#: The flow's stages, left to right; a column with several boxes is a choice or a fork.
+FLOW = [
+    [("records", "records, archives")],
+    [("processing time", "processing_time")],
+    [("enrichment", "enrichment/")],
+    [("watermarks", "watermarks,\nidleness,\nwatermark_replay")],
+    [
+        ("aligned, unsorted", "first_offsets"),
+        ("aligned windows", "windows, triggers,\nwindow_operator"),
+        ("merging windows", "sessions,\nsession_groups,\nmerging_window_set"),
+    ],
+    [("emission log", "emission_log,\nemission_store")],
+    [("training sets", "training_join"), ("online store", "online_state,\nfeast_plugin")],
+]
 
 
-def main(out: Path = OUT) -> None:
+def draw_flow(out: Path) -> None:
+    """Boxes per stage (what it is, then its modules), arrows from each box to the next column."""
+    width, height, gap = 1.3, 0.8, 0.4
+    fig, ax = plt.subplots(figsize=(15, 5), dpi=110)
+    centres: list[list[tuple[float, float]]] = []
+    for col, boxes in enumerate(FLOW):
+        x = col * (width + gap)
+        ys = [(len(boxes) - 1) / 2 - i for i in range(len(boxes))]
+        centres.append([(x + width / 2, y) for y in ys])
+        for (title, modules), y in zip(boxes, ys, strict=True):
+            ax.add_patch(plt.Rectangle((x, y - height / 2), width, height, fc="#eef3fb",
+                                       ec="#3f51b5", lw=1.2))
+            ax.text(x + width / 2, y + 0.24, title, ha="center", va="center", fontsize=9,
+                    weight="bold")
+            ax.text(x + width / 2, y - 0.08, modules, ha="center", va="center", fontsize=7.5,
+                    family="monospace", color="#333333")
+    for left, right in zip(centres, centres[1:], strict=False):
+        for x0, y0 in left:
+            for x1, y1 in right:
+                ax.annotate("", (x1 - width / 2, y1), (x0 + width / 2, y0),
+                            arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 1})
+    ax.set_xlim(-0.1, len(FLOW) * (width + gap) - gap + 0.1)
+    ax.set_ylim(-1.6, 1.6)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(out)
+    print(f"wrote {out}")
+
+
+def main(out: Path = IMAGES / "watermark.png") -> None:
     parts = {p: list(zip(processing_times(ets), ets, strict=True)) for p, ets in PARTITIONS.items()}
     end = max(pt for recs in parts.values() for pt, _ in recs) + 1.0
     ticks = [k * TICK for k in range(int(end / TICK) + 1)]
@@ -92,3 +138,4 @@ def main(out: Path = OUT) -> None:
 
 if __name__ == "__main__":
     main()
+    draw_flow(IMAGES / "flow.png")
