@@ -92,7 +92,7 @@ def _progress(total: int, what: str) -> Iterator:
     with tqdm(total=total, desc=what, file=sys.stderr, leave=False) as bar:
 
         def step(name: str) -> None:
-            bar.set_description(name)
+            bar.set_description(name, refresh=False)  # drawn once, by the update
             bar.update(1)
 
         yield step
