@@ -1,9 +1,11 @@
 """The command line's inputs: ``--predictions`` in any table format it can read, refused at
-once when it is none; ``check`` says what instant the online store was materialized up to."""
+once when it is none; ``check`` says what instant the online store was materialized up to; a
+pandas entity_df with nanosecond timestamps reaches Spark without a warning."""
 
 from __future__ import annotations
 
 import re
+import warnings
 from datetime import datetime, timezone
 
 import click
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 from feast import FeatureStore
 
 from feast_stream_backfill.cli import PredictionsTable, cli
+from feast_stream_backfill.feast_plugin.offline_store import _entity_frame
 from tests.test_explain_cli import monkeypatch_module, repo  # noqa: F401  (fixtures)
 
 POINTS = pd.DataFrame(
@@ -114,3 +117,19 @@ def test_check_says_what_instant_the_online_store_was_materialized_to(
     finally:
         host, port = redis_server.split(":")
         redis.Redis(host=host, port=int(port), db=7).flushdb()
+
+
+def test_a_nanosecond_entity_df_reaches_spark_in_microseconds_without_a_warning(spark):
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["u1"],
+            "event_timestamp": pd.to_datetime(["2026-01-01 10:05:30.123456789"], utc=True),
+        }
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = _entity_frame(spark, entity_df).first()
+    assert row.event_timestamp.replace(tzinfo=timezone.utc) == datetime(
+        2026, 1, 1, 10, 5, 30, 123456, tzinfo=timezone.utc
+    )
+    assert str(entity_df.event_timestamp.dtype) == "datetime64[ns, UTC]"  # the caller's, as given
