@@ -17,10 +17,15 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 
@@ -92,15 +97,108 @@ def _progress(total: int, what: str) -> Iterator:
     with tqdm(total=total, desc=what, file=sys.stderr, leave=False) as bar:
 
         def step(name: str) -> None:
-            bar.set_description(name)
+            bar.set_description(name, refresh=False)  # drawn once, by the update
             bar.update(1)
 
         yield step
 
 
+#: File suffixes of the table formats ``--predictions`` reads besides Delta.
+_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+@dataclass(frozen=True)
+class PredictionsTable:
+    """A ``--predictions`` table and the format it was found in: ``delta`` (a directory with
+    a ``_delta_log``), ``parquet`` or ``csv`` (a file, or a directory of such files; csv with a
+    header row, its column types inferred)."""
+
+    path: str
+    format: str
+
+    @classmethod
+    def find(cls, path: str) -> PredictionsTable:
+        """Which format ``path`` holds, from its files alone (no Spark): a remote path by its
+        suffix, Delta without one. Refused with the reason when there is nothing readable."""
+        if "://" in path:
+            return cls(path, _SUFFIXES.get(Path(path.rstrip("/")).suffix.lower(), "delta"))
+        local = Path(path)
+        if not local.exists():
+            raise click.BadParameter(f"no file or directory at {path}")
+        if (local / "_delta_log").is_dir():
+            return cls(path, "delta")
+        files = [local] if local.is_file() else _data_files(local)
+        kinds = {_SUFFIXES.get(f.suffix.lower()) for f in files}
+        if len(kinds) == 1 and None not in kinds:
+            return cls(path, kinds.pop())
+        found = ", ".join(sorted({f.suffix or f.name for f in files})[:5]) or "no files"
+        raise click.BadParameter(
+            f"{path} is not a Delta table (no _delta_log), a parquet file or a csv file, nor a "
+            f"directory of one kind of them ({found})"
+        )
+
+    def read(self, spark: SparkSession) -> DataFrame:
+        """Parquet as the offline store reads it (pandas' nanosecond timestamps too)."""
+        from feast_stream_backfill.feast_plugin.offline_store import _read_parquet
+
+        if self.format == "parquet":
+            return _read_parquet(spark, self.path, f"--predictions {self.path}")
+        reader = spark.read.format(self.format)
+        if self.format == "csv":
+            reader = reader.option("header", True).option("inferSchema", True)
+        return reader.load(self.path)
+
+    def check(self, spark: SparkSession, keys: list[str], prediction_time: str) -> None:
+        """The table opens and has the view's keys and an instant ``prediction_time``."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql.types import DateType, TimestampNTZType, TimestampType
+
+        where = f"--predictions {self.path} ({self.format})"
+        try:
+            schema = self.read(spark).schema
+        except (AnalysisException, ValueError) as exc:
+            raise click.UsageError(f"{where}: cannot be read: {exc}") from exc
+        missing = [c for c in [*keys, prediction_time] if c not in schema.fieldNames()]
+        if missing:
+            raise click.UsageError(
+                f"{where}: no column(s) {missing} (the view's keys and --prediction-time); "
+                f"it has {schema.fieldNames()}"
+            )
+        kind = schema[prediction_time].dataType
+        if not isinstance(kind, TimestampType | TimestampNTZType | DateType):
+            raise click.UsageError(
+                f"{where}: --prediction-time column {prediction_time!r} is "
+                f"{kind.simpleString()}, not a timestamp"
+            )
+
+
+def _data_files(directory: Path) -> list[Path]:
+    """A table directory's files, without the hidden and ``_``-prefixed ones Spark skips."""
+    return [
+        f
+        for f in directory.rglob("*")
+        if f.is_file()
+        and not any(part.startswith((".", "_")) for part in f.relative_to(directory).parts)
+    ]
+
+
+def _find_predictions(ctx: click.Context, param: click.Parameter, value: str | None):
+    """Resolved as the command line is parsed: a bad table is refused before any work."""
+    table = None if value is None else PredictionsTable.find(value)
+    ctx.ensure_object(Context).predictions = table
+    return table
+
+
+def _keep_prediction_time(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    ctx.ensure_object(Context).prediction_time = value
+    return value
+
+
 class Context:
-    def __init__(self, chdir: str) -> None:
+    def __init__(self, chdir: str = ".") -> None:
         self.repo = Path(chdir).resolve()
+        self.predictions: PredictionsTable | None = None
+        self.prediction_time = "event_timestamp"
 
     def load(self, view_name: str):
         """``(store, view, prepared, spark)`` for the view."""
@@ -121,6 +219,8 @@ class Context:
             raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
         job = stream_job(view, store.config.repo_path)
         spark = spark_for(store.config)
+        if self.predictions is not None:  # before the archive is read
+            self.predictions.check(spark, list(job.keys), self.prediction_time)
         try:
             prepared = prepare(spark, job)
         except ValueError as exc:
@@ -137,8 +237,8 @@ def cli(ctx: click.Context, chdir: str) -> None:
     ctx.obj = Context(chdir)
 
 
-def _predictions(spark, path: str | None):
-    return None if path is None else spark.read.format("delta").load(path)
+def _predictions(spark: SparkSession, table: PredictionsTable | None) -> DataFrame | None:
+    return None if table is None else table.read(spark)
 
 
 def _cells(bounds: str | None, lateness: str | None, idle: str | None, job):
@@ -152,8 +252,17 @@ def _cells(bounds: str | None, lateness: str | None, idle: str | None, job):
 
 PREDICTIONS = click.option(
     "--predictions",
-    help="Delta table of prediction points (the view's keys and --prediction-time) to count "
-    "the points an event-time join gets wrong.",
+    callback=_find_predictions,
+    help="Table of prediction points (the view's keys and --prediction-time) to count the "
+    "points an event-time join gets wrong: Delta, or parquet or csv (with a header), a file or "
+    "a directory.",
+)
+PREDICTION_TIME = click.option(
+    "--prediction-time",
+    default="event_timestamp",
+    show_default=True,
+    callback=_keep_prediction_time,
+    help="The --predictions column holding each point's time.",
 )
 
 
@@ -165,7 +274,7 @@ PREDICTIONS = click.option(
 @click.option("--L", "lateness", help="Allowed lateness values L, e.g. 0,1m (default: the job's).")
 @click.option("--T", "idle", help="Idle timeouts T, e.g. none,1m (default: the job's).")
 @PREDICTIONS
-@click.option("--prediction-time", default="event_timestamp", show_default=True)
+@PREDICTION_TIME
 @click.pass_obj
 def advise(ctx: Context, view, bounds, lateness, idle, predictions, prediction_time) -> None:
     """Cost of each (B, L[, T]): drops, pending, emission delay, wrong prediction points."""
@@ -215,7 +324,7 @@ def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
 @click.option("--L", "lateness", help="L values for the advisor (default: 0 and 1 minute).")
 @click.option("--key", "key_text", help="Key of the timeline (default: the hottest).")
 @PREDICTIONS
-@click.option("--prediction-time", default="event_timestamp", show_default=True)
+@PREDICTION_TIME
 @click.option("-o", "--output", default="report.html", show_default=True, help="HTML file.")
 @click.pass_obj
 def report(ctx: Context, views, bounds, lateness, key_text, predictions, prediction_time, output):
@@ -250,19 +359,47 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
 
 @cli.command()
 @click.argument("view")
-@click.option("--at", "at", required=True, help="Instant materialized up to (ISO 8601, UTC).")
+@click.option(
+    "--at",
+    "at",
+    help="Instant to compare at (ISO 8601, UTC); default: the instant the online store was "
+    "materialized up to (Feast's registry).",
+)
 @click.option("--keys", default=1000, show_default=True, help="How many keys to compare.")
 @click.pass_obj
 def check(ctx: Context, view, at, keys) -> None:
-    """Online values (Redis) against the training join at --at, for the most active keys."""
+    """Online values (Redis) against the training join at --at, for the most active keys.
+    Says the instant the online store was materialized up to, and warns when --at is another:
+    the two sides then differ without a bug."""
     from feast import FeatureStore
 
-    from feast_stream_backfill.feast_plugin.consistency import compare
+    from feast_stream_backfill.feast_plugin.consistency import (
+        compare,
+        materialization_note,
+        materialized_to,
+    )
 
+    if not (ctx.repo / "feature_store.yaml").exists():
+        raise click.UsageError(f"no feature_store.yaml in {ctx.repo} (use --chdir)")
     store = FeatureStore(repo_path=str(ctx.repo))
+    try:
+        to = materialized_to(store.get_stream_feature_view(view))
+    except Exception as exc:  # Feast raises its own not-found errors
+        raise click.UsageError(f"stream feature view {view!r}: {exc}") from exc
+    if at is None and to is None:
+        raise click.UsageError(
+            f"stream feature view {view!r} was never materialized (Feast's registry): give --at"
+        )
+    instant = parse_time(at) if at is not None else to
+    note = materialization_note(instant, to)
+    if note:
+        click.echo(f"warning: {note}", err=True)
     with _progress(1, "comparing online and training values") as step:
-        result = compare(store, view, parse_time(at), keys)
+        result = compare(store, view, instant, keys)
         step("done")
+    materialized = to.isoformat() if to else "never"
+    click.echo(f"online store materialized up to: {materialized} (Feast's registry)")
+    click.echo(f"compared at: {instant.isoformat()}")
     click.echo(f"{result.keys_compared} keys compared")
     for feature, count in result.items():
         click.echo(f"{feature:<30} {count:>8,} mismatches")

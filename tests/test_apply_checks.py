@@ -95,10 +95,24 @@ def write_archive(spark, path: Path, event_time: str = "timestamp") -> None:
     ).write.format("delta").save(str(path))
 
 
-def test_feast_apply_prints_every_problem_and_exits_non_zero(spark, tmp_path):
+#: sqlite with Feast's local provider named by its class: ``feast apply`` then calls the engine.
+SQLITE_BY_CLASS = {
+    "provider: local": "provider: feast.infra.passthrough_provider.PassthroughProvider",
+    'online_store: {type: redis, connection_string: "127.0.0.1:1"}': (
+        "online_store: {type: sqlite, path: data/online.db}"
+    ),
+}
+
+
+@pytest.mark.parametrize("store", ["redis", "sqlite, provider by class"])
+def test_feast_apply_prints_every_problem_and_exits_non_zero(spark, tmp_path, store):
     write_archive(spark, tmp_path / "data/archive")
     (tmp_path / "features.py").write_text(THREE_MISTAKES)
-    (tmp_path / "feature_store.yaml").write_text(YAML)
+    yaml = YAML
+    if store != "redis":
+        for old, new in SQLITE_BY_CLASS.items():
+            yaml = yaml.replace(old, new)
+    (tmp_path / "feature_store.yaml").write_text(yaml)
     done = subprocess.run(
         [FEAST, "apply"],
         cwd=tmp_path,
@@ -109,7 +123,8 @@ def test_feast_apply_prints_every_problem_and_exits_non_zero(spark, tmp_path):
     assert done.returncode != 0
     archive = tmp_path / "data/archive"
     assert (
-        "ApplyCheckError: 3 problem(s) in the stream feature views of feast-stream-backfill:\n"
+        "ApplyCheckError: 3 problem(s) in stream feature view(s) 'distinct', 'late', 'priced' "
+        "of Feast project 'checks':\n"
         "  stream feature view 'distinct': aggregation 'x': function 'count_distinct' is not "
         "supported (the model has sum, count, mean, min, max)\n"
         "  stream feature view 'late': tag stream_backfill.allowed_lateness_ms = 'ten' is not a "
@@ -251,9 +266,15 @@ def test_materialize_lists_the_problems_when_apply_did_not_check_them(tmp_path):
     store.registry.apply_feature_view(view, "checks", commit=True)
     with pytest.raises(ApplyCheckError) as error:
         store.materialize(t0, t0 + MINUTE, ["uniq"])
-    assert str(error.value).splitlines()[1:] == [
+    assert str(error.value).splitlines() == [
+        "2 problem(s) in stream feature view(s) 'uniq' of Feast project 'checks':",
         "  stream feature view 'uniq': unknown tag 'stream_backfill.operator_dely_ms' (did you "
         "mean 'stream_backfill.operator_delay_ms'?)",
         "  stream feature view 'uniq': aggregation 'u': function 'count_distinct' is not "
         "supported (the model has sum, count, mean, min, max)",
+        "feast apply did not check these views: with provider 'local' and a sqlite online store, "
+        "Feast's apply command writes the registry without calling the compute engine, which "
+        "checks them. Naming the same provider by its class (provider: "
+        "feast.infra.passthrough_provider.PassthroughProvider in feature_store.yaml) makes feast "
+        "apply check them and refuse such views.",
     ]

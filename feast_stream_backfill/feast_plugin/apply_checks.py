@@ -77,11 +77,13 @@ def check_views(config: RepoConfig, views: Iterable[object]) -> None:
         (view for view in views if isinstance(view, StreamFeatureView)), key=lambda v: v.name
     )
     schemas = _Schemas(lambda: spark_for(config))
-    found = [line for view in streams for line in _problems(view, config.repo_path, schemas)]
+    by_view = {view.name: list(_problems(view, config.repo_path, schemas)) for view in streams}
+    found = [line for lines in by_view.values() for line in lines]
     if found:
+        names = ", ".join(repr(name) for name, lines in by_view.items() if lines)
         raise ApplyCheckError(
-            f"{len(found)} problem(s) in the stream feature views of feast-stream-backfill:\n"
-            + "\n".join(f"  {p}" for p in found)
+            f"{len(found)} problem(s) in stream feature view(s) {names} of Feast project "
+            f"{config.project!r}:\n" + "\n".join(f"  {p}" for p in found)
         )
 
 

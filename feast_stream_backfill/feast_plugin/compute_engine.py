@@ -46,7 +46,7 @@ from pyspark.sql import functions as F
 from tqdm import tqdm
 
 from feast_stream_backfill.feast_plugin import ALPHA_WARNING
-from feast_stream_backfill.feast_plugin.apply_checks import check_views
+from feast_stream_backfill.feast_plugin.apply_checks import ApplyCheckError, check_views
 from feast_stream_backfill.feast_plugin.definitions import check_supported, is_windowed
 from feast_stream_backfill.feast_plugin.emission_cleanup import (
     remove_project_logs,
@@ -107,6 +107,24 @@ class StreamBackfillMaterializationJob(MaterializationJob):
 
     def url(self) -> str | None:
         return None
+
+
+#: Why ``feast apply`` let the views in, said after the problems ``materialize`` found.
+APPLY_SKIPPED = (
+    "feast apply did not check these views: with provider 'local' and a sqlite online store, "
+    "Feast's apply command writes the registry without calling the compute engine, which checks "
+    "them. Naming the same provider by its class (provider: "
+    "feast.infra.passthrough_provider.PassthroughProvider in feature_store.yaml) makes feast "
+    "apply check them and refuse such views."
+)
+
+
+def apply_skips_engine(config: RepoConfig) -> bool:
+    """Whether the ``feast apply`` command skips the compute engine: Feast's plan path
+    (``FeatureStore._apply_diffs``), taken for the ``local`` provider with a sqlite online
+    store, never calls it. ``FeatureStore.apply`` from Python does."""
+    store = config.online_store
+    return config.provider == "local" and getattr(store, "type", None) == "sqlite"
 
 
 def _utc(moment: datetime) -> datetime:
@@ -172,11 +190,17 @@ class StreamBackfillComputeEngine(ComputeEngine):
         """Every view is checked before any is computed or written: one error names each view
         this plugin cannot serve (:func:`.definitions.check_supported`), then one lists every
         problem of the stream views, as ``feast apply`` would have (:mod:`.apply_checks`; the
-        command skips the engine with a sqlite online store), then every inverted range."""
+        command skips the engine with a sqlite online store, :func:`apply_skips_engine`, and
+        the error says so), then every inverted range."""
         listed = [tasks] if isinstance(tasks, MaterializationTask) else tasks
         views = [task.feature_view for task in listed]
         check_supported(views)
-        check_views(self.repo_config, views)
+        try:
+            check_views(self.repo_config, views)
+        except ApplyCheckError as exc:
+            if not apply_skips_engine(self.repo_config):
+                raise
+            raise ApplyCheckError(f"{exc}\n{APPLY_SKIPPED}") from None
         _check_ranges(listed)
         return super().materialize(registry, tasks, **kwargs)
 

@@ -36,9 +36,35 @@ def _same(a: Any, b: Any) -> bool:
 
 class Mismatches(dict[str, int]):
     """Mismatches per feature; ``keys_compared``: how many keys were read on both sides (0
-    would make every count 0 without checking anything)."""
+    would make every count 0 without checking anything); ``materialized_to``: the instant the
+    online store was last materialized up to, per Feast's registry (None: never)."""
 
     keys_compared: int = 0
+    materialized_to: datetime | None = None
+
+
+def materialized_to(view: Any) -> datetime | None:
+    """The latest end of the view's materialization intervals in Feast's registry: what the
+    online store holds is the job's state at that instant, not at any other."""
+    ends = [end for _, end in view.materialization_intervals]
+    return max(ends) if ends else None
+
+
+def materialization_note(at: datetime, to: datetime | None) -> str | None:
+    """Why online and training values can differ at ``at`` without a bug, if they can: the
+    online store was materialized to another instant, or never."""
+    if to is None:
+        return (
+            "the view was never materialized (Feast's registry has no materialization "
+            "interval): the online store holds nothing to compare"
+        )
+    if to != at:
+        return (
+            f"the online store was materialized up to {to.isoformat()}, not --at "
+            f"{at.isoformat()}: values that changed in between count as mismatches; compare "
+            f"at {to.isoformat()} (or materialize up to --at)"
+        )
+    return None
 
 
 def compare(store: FeatureStore, view_name: str, at: datetime, n_keys: int = 1000) -> Mismatches:
@@ -65,6 +91,7 @@ def compare(store: FeatureStore, view_name: str, at: datetime, n_keys: int = 100
     ttl = view.ttl.total_seconds() if view.ttl else None
     mismatches = Mismatches()
     mismatches.keys_compared = len(rows)
+    mismatches.materialized_to = materialized_to(view)
     for feature in features:
         stamps = online.get(f"{feature}__ts") or [None] * len(rows)
         count = 0
@@ -86,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     at = datetime.fromisoformat(args.at)
     at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
     result = compare(FeatureStore(repo_path=args.repo), args.view, at, args.keys)
+    note = materialization_note(at, result.materialized_to)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
     print(f"{result.keys_compared} keys compared")
     for feature, count in result.items():
         print(f"{feature}: {count} mismatches")

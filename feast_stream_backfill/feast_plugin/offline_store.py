@@ -270,10 +270,26 @@ def _entity_frame(spark: SparkSession, entity_df: pd.DataFrame | str | DataFrame
     if isinstance(entity_df, str):
         return spark.sql(entity_df).withColumn(_ROW, F.monotonically_increasing_id())
     if isinstance(entity_df, pd.DataFrame):
-        return spark.createDataFrame(entity_df.assign(**{_ROW: range(len(entity_df))}))
+        rows = _in_microseconds(entity_df).assign(**{_ROW: range(len(entity_df))})
+        return spark.createDataFrame(rows)
     raise TypeError(
         f"entity_df must be a pandas DataFrame, a Spark DataFrame or SQL, got {type(entity_df)}"
     )
+
+
+def _in_microseconds(entity_df: pd.DataFrame) -> pd.DataFrame:
+    """The entity_df with its datetime columns in microseconds, floored. Spark timestamps are
+    microseconds: given pandas' default nanoseconds, ``createDataFrame``'s Arrow conversion
+    fails on any instant with sub-microsecond digits, and Spark warns and falls back to
+    converting row by row. Flooring keeps an entity row's time at or before the one asked."""
+    stamps = [
+        c
+        for c, kind in entity_df.dtypes.items()
+        if pd.api.types.is_datetime64_any_dtype(kind) and getattr(kind, "unit", "us") != "us"
+    ]
+    if not stamps:
+        return entity_df
+    return entity_df.assign(**{c: entity_df[c].dt.floor("us").dt.as_unit("us") for c in stamps})
 
 
 def _timestamp_column(df: DataFrame) -> str:

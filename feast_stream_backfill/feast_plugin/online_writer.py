@@ -248,18 +248,27 @@ class Progress:
         self._written, self._parts, self._parts_name = written, parts, parts_name
         self._live = live
         self._bar = (tqdm_builder or (lambda total: tqdm(total=total, ncols=100)))(None)
-        self._bar.set_description_str(name)
+        self._bar.set_description_str(name, refresh=False)
         self._bar.unit = " keys"
+        self._shown: tuple[int, int] = (0, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def _refresh(self, final: bool = False) -> None:
+        """Redraw when the keys or the parts changed; the final state is drawn by ``close``
+        alone, so that a bar ends with one line (in a log every draw is a line, and on a
+        terminal narrower than the bar each draw leaves its wrapped part behind)."""
         count = self._written.value
         if self._live is not None and not final:
             count = max(count, self._live.value)
-        if count != self._bar.n:
-            self._bar.update(count - self._bar.n)
-            self._bar.set_postfix_str(f"{self._parts.value} {self._parts_name}")
+        shown = (count, self._parts.value)
+        if shown == self._shown:
+            return
+        self._shown = shown
+        self._bar.n = count
+        self._bar.set_postfix_str(f"{shown[1]} {self._parts_name}", refresh=False)
+        if not final:
+            self._bar.refresh()
 
     def _poll(self) -> None:
         while not self._stop.wait(0.5):
