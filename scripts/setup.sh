@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the project needs, idempotently: Debian's redis-server, a virtualenv with the
-# pinned Python packages, and Delta's JVM jars from Maven Central (into jars/lib, git-ignored).
+# pinned Python packages, and Delta's JVM jars (the plugin's own download, into the user's cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,10 +32,8 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 
-if ! ls jars/lib/delta-spark_*.jar >/dev/null 2>&1; then
-  echo "Fetching Delta Lake's jars from Maven Central"
-  mvn -q -B -f jars/pom.xml dependency:copy-dependencies
-fi
+# Delta Lake's jars: a no-op once they are in the cache, one line when it downloads them.
+.venv/bin/python feast_stream_backfill/jars.py >/dev/null
 
 if [ ! -f tests/conformance/lib/.complete ]; then
   echo "Fetching Apache Flink's jars from Maven Central (tests/conformance)"
