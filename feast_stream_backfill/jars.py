@@ -129,7 +129,7 @@ def delta_jars() -> list[Path]:
 
 
 def _verified(path: Path, jar: Jar) -> bool:
-    """Whether ``path`` is ``jar``'s file (size, then SHA-256: about 10 ms for all five)."""
+    """Whether ``path`` is ``jar``'s file (size, then SHA-256: tens of ms for all five)."""
     try:
         if path.stat().st_size != jar.size:
             return False
