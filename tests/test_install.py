@@ -1,7 +1,7 @@
 """The plugin as a user installs it: Delta Lake's jars fetched once into the plugin's own
 directory (checked, quiet, clear when offline), and the wheel pip-installed into a fresh
 virtualenv running a feature repo end to end, on a machine whose ``~/.m2`` holds a pom without
-its jar (which made Spark's Ivy resolution fail before the JVM started).
+its jar (on which Spark's Ivy resolution fails before the JVM starts).
 
 The archive of tests/install_repo/ (B = 5 s, 5-minute windows, 200 ms watermark ticks; the
 arithmetic is tests/test_feast_integration.py's)::
@@ -211,8 +211,9 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_a_feature_repo(tmp_path, redis_ser
     assert had_build or not (ROOT / "build").exists(), "building left build/ in the checkout"
     (wheel,) = dist.glob("*.whl")
 
-    # pip resolves the wheel's dependencies from the package index; this pip, not the older one
-    # a new virtualenv bootstraps (which took 3 minutes more), and no bytecode compiled ahead.
+    # pip resolves the wheel's dependencies from the package index. This environment's pip: the
+    # older one a new virtualenv bootstraps took minutes longer for the same wheel. Bytecode is
+    # compiled as modules are first imported, not all of it ahead.
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q"]
