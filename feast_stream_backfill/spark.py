@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import sys
@@ -13,13 +12,10 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
+from feast_stream_backfill import jars
+
 #: Spark's JVM logging: errors only (no start-up banner, no warnings a user cannot act on).
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
-
-#: Where `jars/pom.xml` copies Delta's JVM jars (`mvn dependency:copy-dependencies`).
-JARS_DIR = Path(
-    os.environ.get("FSB_JARS_DIR", Path(__file__).resolve().parent.parent / "jars" / "lib")
-)
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.master": "local[*]",
@@ -76,8 +72,22 @@ def spark_defaults() -> dict[str, str]:
 
 
 def delta_jars() -> list[str]:
-    """Delta's jars fetched by Maven; empty when they are not there (then Ivy resolves them)."""
-    return sorted(glob.glob(str(JARS_DIR / "*.jar")))
+    """Delta's jars, downloaded into the plugin's jar directory the first time
+    (:mod:`feast_stream_backfill.jars`)."""
+    return [str(path) for path in jars.delta_jars()]
+
+
+def with_delta_jars(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with Delta's jars added to ``spark.jars`` (after the user's own), unless
+    ``spark.jars`` or ``spark.jars.packages`` already bring a delta-spark. Spark ships the
+    driver's ``spark.jars`` to a cluster's executors, so nothing needs installing there."""
+    own = [jar.strip() for jar in settings.get("spark.jars", "").split(",") if jar.strip()]
+    packages = settings.get("spark.jars.packages", "")
+    if "io.delta:delta-spark" in packages or any(
+        Path(jar).name.startswith("delta-spark") for jar in own
+    ):
+        return dict(settings)
+    return {**settings, "spark.jars": ",".join([*own, *delta_jars()])}
 
 
 def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
@@ -93,13 +103,9 @@ def get_spark(conf: Mapping[str, str] | None = None) -> SparkSession:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must be this interpreter, which has this package and Feast installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    settings = {**DEFAULT_CONF, "spark.driver.memory": default_driver_memory(), **(conf or {})}
-    jars = delta_jars()
-    if "spark.jars" not in settings and "spark.jars.packages" not in settings:
-        if jars:
-            settings["spark.jars"] = ",".join(jars)
-        else:
-            settings["spark.jars.packages"] = "io.delta:delta-spark_4.2_2.13:4.4.0"
+    settings = with_delta_jars(
+        {**DEFAULT_CONF, "spark.driver.memory": default_driver_memory(), **(conf or {})}
+    )
     quiet = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     java_options = settings.get("spark.driver.extraJavaOptions")
     settings["spark.driver.extraJavaOptions"] = f"{quiet} {java_options or ''}".strip()
