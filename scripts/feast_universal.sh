@@ -19,7 +19,7 @@ FEAST_REF=${FEAST_REF:-v0.67.0}
 work=$repo/.feast-universal
 venv=$repo/.venv-feast-universal
 
-bash scripts/setup.sh   # redis-server, Java check, Delta's jars (jars/lib)
+bash scripts/setup.sh   # redis-server, Java check, Delta's jars
 
 ref=$FEAST_REF   # a local repository's ref is cached by its commit, so a moved branch refetches
 [ -d "$FEAST_GIT" ] && ref=$(git -C "$FEAST_GIT" rev-parse "$FEAST_REF^{commit}")
