@@ -150,6 +150,32 @@ def test_offline_the_error_names_the_urls_the_directory_and_what_to_do(tmp_path,
     assert "python -m feast_stream_backfill.jars" in message
 
 
+def test_offline_importing_the_plugin_leaves_the_error_to_the_first_spark_session(tmp_path):
+    """Feast imports the offline store while it loads feature_store.yaml: offline, that import
+    succeeds, and the plugin's first Spark session raises the jars' error on its own."""
+    with maven_repository(tmp_path) as (url, _):
+        pass  # the port is free again: nothing answers there
+    env = {**os.environ, "FSB_MAVEN_REPOSITORY": url, "FSB_JARS_DIR": str(tmp_path / "jars")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    script = (
+        "import os\n"
+        "import feast_stream_backfill.feast_plugin.offline_store\n"
+        "print('submit args:', os.environ.get('PYSPARK_SUBMIT_ARGS'))\n"
+        "from feast_stream_backfill.jars import JarsUnavailableError\n"
+        "from feast_stream_backfill.spark import get_spark\n"
+        "try:\n"
+        "    get_spark()\n"
+        "except JarsUnavailableError as e:\n"
+        "    print('refused:', str(e).splitlines()[0])\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert "submit args: None" in run.stdout
+    assert f"refused: Delta Lake's jars are missing from {tmp_path / 'jars'} and " in run.stdout
+
+
 def test_delta_jars_join_the_users_spark_jars_unless_the_user_brings_delta(tmp_path, monkeypatch):
     own = {"spark.jars": "/opt/jars/hadoop-aws.jar", "spark.master": "local[2]"}
     settings = with_delta_jars(own)

@@ -66,6 +66,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
     stream_job,
 )
 from feast_stream_backfill.feast_plugin.transformations import record_transform
+from feast_stream_backfill.jars import JarsUnavailableError
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import default_driver_memory, delta_jars, get_spark
 from feast_stream_backfill.training_join import as_of_join
@@ -88,8 +89,13 @@ def _delta_jars_at_jvm_launch() -> None:
     JVM this process launches, whoever launches it: Feast launches one, bare, whenever it builds
     a ``StreamFeatureView`` with a ``mode="spark"`` udf (its ``SparkTransformation``; in
     ``feast materialize``, reading the registry), before this plugin asks for a session, and a
-    JVM's classpath and heap are fixed at launch. A ``PYSPARK_SUBMIT_ARGS`` of the user's wins."""
-    jars = delta_jars()
+    JVM's classpath and heap are fixed at launch. A ``PYSPARK_SUBMIT_ARGS`` of the user's wins.
+    Jars that cannot be had (offline) are left to :func:`get_spark`, whose error then stands on
+    its own rather than inside Feast's traceback of importing this module."""
+    try:
+        jars = delta_jars()
+    except JarsUnavailableError:
+        return
     if jars and "PYSPARK_SUBMIT_ARGS" not in os.environ:
         memory = default_driver_memory()
         os.environ["PYSPARK_SUBMIT_ARGS"] = (
