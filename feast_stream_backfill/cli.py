@@ -16,7 +16,7 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -199,6 +199,25 @@ class Context:
         self.repo = Path(chdir).resolve()
         self.predictions: PredictionsTable | None = None
         self.prediction_time = "event_timestamp"
+        self._guards: ExitStack | None = None
+        self._command = ""
+
+    @contextmanager
+    def guarded(self, command: str) -> Iterator[None]:
+        """The block with the driver's heap watched from when :meth:`load` starts Spark
+        (:func:`~feast_stream_backfill.explain.memory.heap_guard`): a heap too small for
+        the work ends the command with an error naming the setting, not with a thrash."""
+        from feast_stream_backfill.explain.memory import DriverMemoryError
+
+        self._command = command
+        try:
+            with ExitStack() as guards:
+                self._guards = guards
+                yield
+        except DriverMemoryError as exc:
+            raise click.ClickException(str(exc)) from exc
+        finally:
+            self._guards = None
 
     def load(self, view_name: str):
         """``(store, view, prepared, spark)`` for the view."""
@@ -219,6 +238,10 @@ class Context:
             raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
         job = stream_job(view, store.config.repo_path)
         spark = spark_for(store.config)
+        if self._guards is not None:
+            from feast_stream_backfill.explain.memory import heap_guard
+
+            self._guards.enter_context(heap_guard(spark, self._command))
         if self.predictions is not None:  # before the archive is read
             self.predictions.check(spark, list(job.keys), self.prediction_time)
         try:
@@ -279,15 +302,16 @@ PREDICTION_TIME = click.option(
 def advise(ctx: Context, view, bounds, lateness, idle, predictions, prediction_time) -> None:
     """Cost of each (B, L[, T]): drops, pending, emission delay, wrong prediction points."""
     from feast_stream_backfill.explain.advisor import advise as advise_grid
+    from feast_stream_backfill.explain.memory import cells_per_pass
 
-    with _progress(6, "reading the archive") as step:
+    with ctx.guarded("advise"), _progress(6, "reading the archive") as step:
         store, feature_view, prepared, spark = ctx.load(view)
         cells = _cells(bounds, lateness, idle, prepared.job)
         step("advising")
         ttl = feature_view.ttl.total_seconds() if feature_view.ttl else None
-        table = advise_grid(
-            prepared, cells, _predictions(spark, predictions), prediction_time, ttl, step
-        )
+        points = _predictions(spark, predictions)
+        per_pass = cells_per_pass(spark)
+        table = advise_grid(prepared, cells, points, prediction_time, ttl, step, per_pass)
         prepared.release()
     click.echo(table.to_string(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="-"))
 
@@ -304,7 +328,7 @@ def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
     """One key's records, watermark, windows, firings and values over time (PNG)."""
     from feast_stream_backfill.explain.timeline import draw_key_timeline, key_timeline
 
-    with _progress(2, "reading the archive") as step:
+    with ctx.guarded("timeline"), _progress(2, "reading the archive") as step:
         _, _, prepared, _ = ctx.load(view)
         key = parse_key(key_text, list(prepared.job.keys))
         step("computing the timeline")
@@ -330,11 +354,12 @@ def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
 def report(ctx: Context, views, bounds, lateness, key_text, predictions, prediction_time, output):
     """One self-contained HTML page: advice, anomalies and pictures for each view."""
     from feast_stream_backfill.explain.advisor import grid
+    from feast_stream_backfill.explain.memory import cells_per_pass
     from feast_stream_backfill.explain.report import findings, render_html, view_report
 
     reports = []
     for name in views:
-        with _progress(9, f"{name}: reading the archive") as step:
+        with ctx.guarded("report"), _progress(9, f"{name}: reading the archive") as step:
             _, feature_view, prepared, spark = ctx.load(name)
             job = prepared.job
             b = (
@@ -347,7 +372,10 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
             key = parse_key(key_text, list(job.keys)) if key_text else None
             ttl = feature_view.ttl.total_seconds() if feature_view.ttl else None
             points = _predictions(spark, predictions)
-            made = view_report(prepared, name, cells, points, ttl, key, step)
+            per_pass = cells_per_pass(spark)
+            made = view_report(
+                prepared, name, cells, points, ttl, key, step, per_pass, prediction_time
+            )
             prepared.release()
         reports.append(made)
         click.echo(f"{name}:")

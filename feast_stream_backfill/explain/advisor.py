@@ -86,21 +86,23 @@ def _reaches_at_zero(prepared: Prepared, cells: Sequence[Cell], idle: int | None
     return reaches.persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def _classified(prepared: Prepared, cells: Sequence[Cell]) -> tuple[DataFrame, list[DataFrame]]:
-    """Every (record, window, cell) with the core's status and firing position."""
-    parts, cached = [], []
-    for idle in dict.fromkeys(c.idle_timeout_ms for c in cells):
-        reaches = _reaches_at_zero(prepared, [c for c in cells if c.idle_timeout_ms == idle], idle)
-        cached.append(reaches)
-        for index, cell in enumerate(cells):
-            if cell.idle_timeout_ms != idle:
-                continue
-            shifted = reaches.select((F.col(TARGET) - cell.bound_ms).alias(TARGET), POSITION)
-            trigger = with_settings(prepared.job, cell.bound_ms, cell.lateness_ms, idle).trigger
-            judged = classify(prepared.windowed, trigger, shifted)
-            kept = [*prepared.windowed.columns, STATUS, FIRE_POSITION]
-            parts.append(judged.select(*kept, F.lit(index).alias(CELL)))
-    return reduce(DataFrame.unionByName, parts), cached
+def _classified(
+    prepared: Prepared, cells: Sequence[tuple[int, Cell]], reaches: dict[int | None, DataFrame]
+) -> DataFrame:
+    """Every (record, window, cell) with the core's status and firing position; ``cells``
+    with their index in the grid, ``reaches`` per T (:func:`_reaches_at_zero`)."""
+    parts = []
+    for index, cell in cells:
+        shifted = reaches[cell.idle_timeout_ms].select(
+            (F.col(TARGET) - cell.bound_ms).alias(TARGET), POSITION
+        )
+        trigger = with_settings(
+            prepared.job, cell.bound_ms, cell.lateness_ms, cell.idle_timeout_ms
+        ).trigger
+        judged = classify(prepared.windowed, trigger, shifted)
+        kept = [*prepared.windowed.columns, STATUS, FIRE_POSITION]
+        parts.append(judged.select(*kept, F.lit(index).alias(CELL)))
+    return reduce(DataFrame.unionByName, parts)
 
 
 def naive_emissions(prepared: Prepared) -> DataFrame:
@@ -167,21 +169,21 @@ def delay_stats(emissions: DataFrame, groups: Sequence[str] = ()) -> DataFrame:
     )
 
 
-def advise(
+def _judge(
     prepared: Prepared,
-    cells: Sequence[Cell],
-    predictions: DataFrame | None = None,
-    prediction_time: str = "event_timestamp",
-    ttl_seconds: float | None = None,
-    progress: Callable[[str], None] = lambda step: None,
-) -> pd.DataFrame:
-    """One row per cell: B, L, T (seconds), records dropped and pending (``(record, window)``
-    pairs, as ``Backfill.stats``), emissions and their delay, and, with ``predictions``
-    (the job's key columns and ``prediction_time``), points and wrong points."""
+    cells: Sequence[tuple[int, Cell]],
+    reaches: dict[int | None, DataFrame],
+    table: dict[int, dict],
+    predictions: DataFrame | None,
+    prediction_time: str,
+    ttl_seconds: float | None,
+    progress: Callable[[str], None],
+) -> None:
+    """One pass of :func:`advise` over some ``cells`` (with their grid index): their figures
+    into ``table``, by index."""
     job = prepared.job
-    progress("watermark sweep and classification")
-    classified, cached = _classified(prepared, cells)
-    top = max(cells, key=lambda c: c.lateness_ms)  # its trigger fires late records, if any
+    classified = _classified(prepared, cells, reaches)
+    top = max((c for _, c in cells), key=lambda c: c.lateness_ms)  # fires late records, if any
     trigger = with_settings(job, top.bound_ms, top.lateness_ms, top.idle_timeout_ms).trigger
     # Values only matter for the wrong points; counts and delays need the firings alone.
     aggregations = job.aggregations if predictions is not None else []
@@ -194,18 +196,52 @@ def advise(
         F.sum((F.col(STATUS) == DROPPED).cast("long")).alias("dropped"),
         F.sum((F.col(STATUS) == PENDING).cast("long")).alias("pending"),
     )
-    table = {r[CELL]: r.asDict() for r in counted.collect()}
+    for r in counted.collect():
+        table.setdefault(r[CELL], {}).update(r.asDict())
     progress("emission delays")
     for r in delay_stats(emissions, [CELL]).collect():
         table.setdefault(r[CELL], {}).update(r.asDict())
     if predictions is not None:
         progress("prediction points against an event-time join")
-        ids = emissions.sparkSession.range(len(cells)).select(F.col("id").cast("int").alias(CELL))
+        spark = emissions.sparkSession
+        ids = spark.createDataFrame([(i,) for i, _ in cells], f"{CELL} int")
         wrong = wrong_points(prepared, emissions, predictions, prediction_time, ttl_seconds, ids)
         for r in wrong.collect():
             table.setdefault(r[CELL], {}).update(r.asDict())
     emissions.unpersist()
-    for df in cached:
+
+
+def advise(
+    prepared: Prepared,
+    cells: Sequence[Cell],
+    predictions: DataFrame | None = None,
+    prediction_time: str = "event_timestamp",
+    ttl_seconds: float | None = None,
+    progress: Callable[[str], None] = lambda step: None,
+    cells_per_pass: int | None = None,
+) -> pd.DataFrame:
+    """One row per cell: B, L, T (seconds), records dropped and pending (``(record, window)``
+    pairs, as ``Backfill.stats``), emissions and their delay, and, with ``predictions``
+    (the job's key columns and ``prediction_time``), points and wrong points.
+
+    ``cells_per_pass`` (default: all) judges the grid that many cells at a time: the driver
+    holds each pass's query plans, which grow with its cells
+    (:func:`~feast_stream_backfill.explain.memory.cells_per_pass` sizes it to the heap); the
+    watermark sweep is shared by every pass."""
+    progress("watermark sweep and classification")
+    reaches = {
+        idle: _reaches_at_zero(prepared, [c for c in cells if c.idle_timeout_ms == idle], idle)
+        for idle in dict.fromkeys(c.idle_timeout_ms for c in cells)
+    }
+    indexed = list(enumerate(cells))
+    size = cells_per_pass or len(cells)
+    passes = [indexed[i : i + size] for i in range(0, len(indexed), size)]
+    table: dict[int, dict] = {}
+    for some in passes:
+        if len(passes) > 1:
+            progress(f"cells {some[0][0] + 1}-{some[-1][0] + 1} of {len(cells)}")
+        _judge(prepared, some, reaches, table, predictions, prediction_time, ttl_seconds, progress)
+    for df in reaches.values():
         df.unpersist()
     rows = []
     for index, cell in enumerate(cells):

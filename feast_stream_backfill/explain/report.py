@@ -61,8 +61,16 @@ def view_report(
     ttl_seconds: float | None = None,
     key: Mapping[str, object] | None = None,
     progress: Callable[[str], None] = lambda step: None,
+    cells_per_pass: int | None = None,
 ) -> ViewReport:
-    advice = advise(prepared, cells, predictions, ttl_seconds=ttl_seconds, progress=progress)
+    advice = advise(
+        prepared,
+        cells,
+        predictions,
+        ttl_seconds=ttl_seconds,
+        progress=progress,
+        cells_per_pass=cells_per_pass,
+    )
     progress("watermark over the archive")
     samples = watermark_samples(prepared)
     progress("anomalies")

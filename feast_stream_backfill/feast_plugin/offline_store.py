@@ -56,9 +56,11 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import LongType, TimestampNTZType, TimestampType
+from pyspark.sql.types import TimestampNTZType, TimestampType
 
+from feast_stream_backfill.archives import read_parquet
 from feast_stream_backfill.emission_store import ensure_emission_log
+from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.feast_plugin.definitions import (
     check_supported,
     is_windowed,
@@ -161,24 +163,13 @@ def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
 
 
 def _read_parquet(spark: SparkSession, path: str, where: str) -> DataFrame:
-    """Parquet as pandas writes it by default has nanosecond timestamps, which Spark refuses:
-    Spark reads them as longs (``spark.sql.legacy.parquet.nanosAsLong``, which changes only
-    reads that would fail) and the columns the file footer calls nanosecond timestamps (read by
-    pyarrow, as Feast's ``FileSource`` is) become timestamps again, to the microsecond."""
-    spark.conf.set("spark.sql.legacy.parquet.nanosAsLong", "true")
-    frame = spark.read.parquet(path)
+    """Parquet as pandas writes it by default too (nanosecond timestamps, which Spark refuses;
+    :func:`~feast_stream_backfill.archives.read_parquet`), naive times read as UTC as Feast
+    reads them."""
     try:
-        footer = pyarrow.dataset.dataset(path.replace("s3a://", "s3://", 1), format="parquet")
-    except Exception as exc:
-        raise ValueError(
-            f"{where}: cannot read the parquet footer of {path!r} with pyarrow, which tells "
-            f"nanosecond timestamps (read by Spark as longs) from longs: {exc}"
-        ) from exc
-    nanos = [f.name for f in footer.schema if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
-    longs = [
-        c for c in nanos if c in frame.columns and isinstance(frame.schema[c].dataType, LongType)
-    ]
-    return frame.withColumns({c: F.timestamp_micros(F.floor(F.col(c) / 1000)) for c in longs})
+        return read_parquet(spark, path, naive_as_utc=True)
+    except BadArchiveError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
 
 
 def join_keys(view: FeatureView) -> list[str]:
