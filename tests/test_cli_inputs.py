@@ -89,6 +89,16 @@ def test_advise_reads_parquet_predictions_and_refuses_a_missing_column_first(rep
     assert "no column(s) ['ts'] (the view's keys and --prediction-time)" in result.output
 
 
+def test_report_judges_predictions_at_the_prediction_time_column_given(repo, tmp_path):  # noqa: F811
+    points = tmp_path / "points.parquet"
+    POINTS.rename(columns={"event_timestamp": "ts"}).to_parquet(points)
+    page = tmp_path / "report.html"
+    args = ["report", "user_spend_5m", "--B", "5s", "--L", "0", "-o", str(page)]
+    result = run(repo, *args, "--predictions", str(points), "--prediction-time", "ts")
+    assert result.exit_code == 0, result.output
+    assert "wrong" in page.read_text()
+
+
 def test_check_says_what_instant_the_online_store_was_materialized_to(
     repo,  # noqa: F811
     monkeypatch,

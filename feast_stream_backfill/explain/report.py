@@ -62,11 +62,13 @@ def view_report(
     key: Mapping[str, object] | None = None,
     progress: Callable[[str], None] = lambda step: None,
     cells_per_pass: int | None = None,
+    prediction_time: str = "event_timestamp",
 ) -> ViewReport:
     advice = advise(
         prepared,
         cells,
         predictions,
+        prediction_time,
         ttl_seconds=ttl_seconds,
         progress=progress,
         cells_per_pass=cells_per_pass,
