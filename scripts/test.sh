@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite (tests start and stop their own redis-server on a free loopback port), in two
 # processes, a test file each at a time (a file's fixtures stay in one process): most tests wait
-# on JVM starts and small Spark jobs, so two at once take about 13 min where one took 16-17.
+# on JVM starts and small Spark jobs, so two at once overlap the waits.
 # Before it: the linter, and the docs site built strictly (a broken link or a page missing from
 # the nav fails), into a temporary directory.
 # tests/test_install.py needs PyPI and Maven Central: it builds the wheel, pip-installs it into a
