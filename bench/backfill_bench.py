@@ -77,7 +77,7 @@ def floor(spark, path: str, kind: str = "tumbling") -> None:
     window = {
         "sliding 5m/1m": F.window("event_time", "5 minutes", "1 minute"),
         "processing-time": F.window("pt", "5 minutes"),
-        "session 5m": F.session_window("event_time", "5 minutes"),
+        "session gap 5m": F.session_window("event_time", "5 minutes"),
         "session+lateness": F.session_window("event_time", "5 minutes"),
     }.get(kind, F.window("event_time", "5 minutes"))
     if kind == "per-record":
@@ -103,7 +103,7 @@ KINDS = {
     "idleness 30s": {
         "watermark": WatermarkStrategy(out_of_orderness_ms=5_000, idle_timeout_ms=30_000)
     },
-    "session 5m": {"window": SessionWindows(5 * MINUTE)},
+    "session gap 5m": {"window": SessionWindows(5 * MINUTE)},
     "session+lateness": {
         "window": SessionWindows(5 * MINUTE),
         "trigger": EventTimeTrigger(allowed_lateness_ms=5 * MINUTE),
