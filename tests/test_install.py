@@ -35,20 +35,11 @@ import pytest
 
 from feast_stream_backfill import jars
 from feast_stream_backfill.spark import with_delta_jars
+from tests.test_feast_integration import ARCHIVE  # the same hand-computed archive
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_REPO = Path(__file__).resolve().parent / "install_repo"
 
-ARCHIVE = [
-    (0, 0, "10:00:10", "u1", 10.0),
-    (0, 1, "10:01:00", "u1", 20.0),
-    (0, 2, "10:04:59", "u1", 5.0),
-    (0, 3, "10:05:30", "u2", 7.0),
-    (0, 4, "10:10:30", "u1", 1.0),
-    (1, 0, "10:02:00", "u2", 3.0),
-    (1, 1, "10:06:00", "u1", 4.0),
-    (1, 2, "10:10:10", "u2", 2.0),
-]
 
 #: What a dependency resolver (Spark's Ivy, Maven) or a download prints.
 RESOLVER_OUTPUT = re.compile(r"ivy|resolv|:: |artifact|maven|download", re.IGNORECASE)
