@@ -113,7 +113,7 @@ def _rises(records: DataFrame) -> DataFrame:
     )
 
 
-def _out_of_orderness(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
+def bound_of_topic(strategy: WatermarkStrategy, bounds: Mapping[str, int] | None) -> Column:
     """The bound B of the record's topic: its own (``bounds``) or the strategy's."""
     bound: Column = F.lit(strategy.out_of_orderness_ms)
     for topic, topic_bound in (bounds or {}).items():  # each source has its own generator
@@ -151,7 +151,7 @@ def watermark_reaches(
     )
     partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
-    threshold = F.col(TARGET) + _out_of_orderness(strategy, bounds) + 1
+    threshold = F.col(TARGET) + bound_of_topic(strategy, bounds) + 1
     sweep = rising.select(
         TOPIC,
         PARTITION,
@@ -212,7 +212,7 @@ def _first_rises(
         levels = [0]
     first, last = levels[0], levels[-1]
     step = math.gcd(*(level - first for level in levels)) or 1
-    above_first = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1 - first
+    above_first = F.col(EVENT_TIME) - bound_of_topic(strategy, bounds) - 1 - first
     cells = ((above_first - F.pmod(above_first, F.lit(step))) / step).cast("long")  # exact
     cell = F.least(F.greatest(cells, F.lit(-1)), F.lit((last - first) // step))
     first_in_cell = (
@@ -294,7 +294,7 @@ def watermark_timeline(
     the watermark from there on. At most one row per tick in periodic mode (one per record
     that raises it, on-event)."""
     interval = strategy.interval_ms
-    value = F.col(EVENT_TIME) - _out_of_orderness(strategy, bounds) - 1
+    value = F.col(EVENT_TIME) - bound_of_topic(strategy, bounds) - 1
     if strategy.emission == "on_event":
         at = F.col(POSITION)
     else:

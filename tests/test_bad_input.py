@@ -91,8 +91,8 @@ def test_same_offset_with_different_content_is_refused(spark, make_archive, copy
     )
 
 
-@pytest.mark.parametrize("always_sort", [False, True], ids=["first offsets", "sorted"])
-def test_every_problem_is_counted_and_named_on_both_paths(spark, make_archive, always_sort):
+@pytest.mark.parametrize("strategy", ["aligned-unsorted", "aligned-in-order"])
+def test_every_problem_is_counted_and_named_on_both_paths(spark, make_archive, strategy):
     # The path without the sort reads the signs of a problem from its aggregates (a null key
     # from the windows, the others from the offsets) and then counts them in a pass of its
     # own; the sorted path observes them on its sort. Same message.
@@ -105,7 +105,7 @@ def test_every_problem_is_counted_and_named_on_both_paths(spark, make_archive, a
     ]
     topic = ArchivedTopic("payments", dataframe=make_archive(rows))
     with pytest.raises(BadArchiveError) as refusal:
-        backfill(spark, job_on(topic), always_sort=always_sort)
+        backfill(spark, job_on(topic), strategy=strategy)
     assert str(refusal.value) == (
         "archived topic 'payments' (DataFrame): 1 null value(s) in column 'event_time' (of 6 "
         "records), e.g. partition 1 offset 5; 2 null value(s) in key column 'user' (Flink's "
@@ -116,8 +116,8 @@ def test_every_problem_is_counted_and_named_on_both_paths(spark, make_archive, a
 
 
 @pytest.mark.parametrize("bad", ["null key", "empty"])
-@pytest.mark.parametrize("always_sort", [False, True], ids=["first offsets", "sorted"])
-def test_the_topic_with_the_problem_is_named(spark, make_archive, always_sort, bad):
+@pytest.mark.parametrize("strategy", ["aligned-unsorted", "aligned-in-order"])
+def test_the_topic_with_the_problem_is_named(spark, make_archive, strategy, bad):
     good = ArchivedTopic("payments", dataframe=make_archive(GOOD))
     rows = [(0, 0, 1000, None, 1.0)] if bad == "null key" else []
     other = ArchivedTopic("refunds", dataframe=make_archive(rows))
@@ -127,4 +127,4 @@ def test_the_topic_with_the_problem_is_named(spark, make_archive, always_sort, b
         "empty": r"archived topic 'refunds' \(DataFrame\): the archive is empty",
     }[bad]
     with pytest.raises(BadArchiveError, match=expected):
-        backfill(spark, job, always_sort=always_sort)
+        backfill(spark, job, strategy=strategy)

@@ -52,7 +52,7 @@ from feast_stream_backfill import (
     backfill,
     first_offsets,
 )
-from feast_stream_backfill.backfill import sorts_nothing
+from feast_stream_backfill.planner import eligible, plan
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
 
@@ -101,10 +101,11 @@ def plugin_trigger(job: Job) -> EventTimeTrigger | ProcessingTimeTrigger | PerRe
 
 
 def run_backfill(
-    spark: SparkSession, records: list[Record], job: Job, always_sort: bool = False, **options
+    spark: SparkSession, records: list[Record], job: Job, strategy: str | None = None, **options
 ) -> Backfill:
-    """The job as the plugin's StreamJob (with ``options``), run (sorted, ``always_sort``)."""
-    return backfill(spark, stream_job(spark, records, job, **options), always_sort=always_sort)
+    """The job as the plugin's StreamJob (with ``options``), run (by ``strategy``: the plan's
+    first by default)."""
+    return backfill(spark, stream_job(spark, records, job, **options), strategy=strategy)
 
 
 def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) -> StreamJob:
@@ -180,16 +181,19 @@ def expected_stats(records: list[Record], counts: Mapping[str, int]) -> dict[str
 
 
 def check(spark: SparkSession, records: list[Record], job: Job, **options) -> list[tuple]:
-    """The plugin's emissions, drops and status counts (``options``: :func:`run_backfill`'s)
-    equal the simulator's; returns the simulator's emissions (for the cases that also pin them by
-    hand)."""
+    """The plugin's emissions, drops and status counts by every strategy that accepts the job
+    (``options``: :func:`stream_job`'s) equal the simulator's; returns the simulator's
+    emissions (for the cases that also pin them by hand)."""
     counts: dict[str, int] = {}
     emissions, dropped = simulate(records, job, counts)
-    actual, actual_dropped, stats = spark_backfill_with_stats(spark, records, job, **options)
-    assert normalized(actual) == normalized(map(with_mean_and_count, emissions))
-    assert actual_dropped == dropped
     expected = expected_stats(records, counts)
-    assert {k: stats.get(k) for k in expected} == expected
+    for strategy in eligible(stream_job(spark, records, job, **options)):
+        actual, actual_dropped, stats = spark_backfill_with_stats(
+            spark, records, job, strategy=strategy.name, **options
+        )
+        assert normalized(actual) == normalized(map(with_mean_and_count, emissions)), strategy
+        assert actual_dropped == dropped, strategy
+        assert {k: stats.get(k) for k in expected} == expected, strategy
     return emissions
 
 
@@ -548,7 +552,7 @@ def test_spark_backfill_equals_reference_simulator(spark, records, job, base):
     check(spark, shifted(records, base), modelled(job, records))
 
 
-#: The jobs :func:`sorts_nothing` holds for: aligned event-time windows, the default trigger
+#: The jobs the strategy without a sort accepts: aligned event-time windows, the default trigger
 #: without lateness, periodic watermarks, D1 = 0; with idleness, those whose archive has no
 #: idle partition run without the sort, the others with it.
 unsorted_jobs = jobs.map(
@@ -571,18 +575,15 @@ unsorted_jobs = jobs.map(
     chunk_windows=st.sampled_from([first_offsets.CHUNK_WINDOWS, 1]),
 )
 def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base, chunk_windows):
-    """The path that never sorts the records by offset (:mod:`first_offsets`): taken for these
-    jobs, and equal to the simulator, also where sliding windows' chunks (one window's size
-    each) cut the archive everywhere; so is the sorted path, forced (long profile only: CI's
-    time)."""
+    """The strategy that never sorts the records: planned first for these jobs, and equal to
+    the simulator (as is the strategy in processing order), also where sliding windows'
+    chunks (one window's size each) cut the archive everywhere."""
     assume(records)
     records, job = shifted(records, base), modelled(job, records)
-    assert sorts_nothing(stream_job(spark, records, job))
+    assert plan(stream_job(spark, records, job)).strategy.name == "aligned-unsorted"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
         check(spark, records, job)
-    if os.environ.get("HYPOTHESIS_PROFILE") == "long":
-        check(spark, records, job, always_sort=True)
 
 
 # ------------------------------------------------------------------ the simulator by itself

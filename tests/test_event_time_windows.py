@@ -215,7 +215,7 @@ def test_first_record_reaching_each_target(make_archive, targets, expected):
     """``watermark_reaches`` keeps one rise per cell of the targets' grid: the answer must be
     the first record whose watermark (on event, B = 0: et - 1) is >= the target, ties
     included. One partition, event times rising: W = 9, 10, 15, 16, 29 at offsets 0..4."""
-    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
+    records_module = importlib.import_module("feast_stream_backfill.job_records")
     rows = [(0, offset, et, "a", 1.0) for offset, et in enumerate([10, 11, 16, 17, 30])]
     job = StreamJob(
         topics=[ArchivedTopic("clicks", dataframe=make_archive(rows))],
@@ -224,10 +224,10 @@ def test_first_record_reaching_each_target(make_archive, targets, expected):
         window=TumblingWindows(size_ms=10),
     )
     spark = make_archive([]).sparkSession
-    timed, _ = backfill_module.timed_records(spark, job)
+    timed, _ = records_module.timed_records(spark, job)
     strategy = WatermarkStrategy(emission="on_event", interval_ms=0)
     wanted = spark.createDataFrame([(t,) for t in targets], "_target long")
-    reaches = watermark_reaches(backfill_module.distinct_records(timed), wanted, strategy)
+    reaches = watermark_reaches(records_module.distinct_records(timed), wanted, strategy)
     found = {r._target: (r._pos.time, r._pos.offset) for r in reaches.collect()}
     assert found == expected
     timed.unpersist()

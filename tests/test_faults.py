@@ -224,16 +224,16 @@ def test_an_archive_version_committed_while_the_backfill_reads_it_is_not_mixed_i
     job = archive_job(archive)
     at_0 = fingerprint(spark, job)
 
-    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
-    read = backfill_module.observed_records
+    records_module = importlib.import_module("feast_stream_backfill.job_records")
+    read = records_module.observed_records
 
     def read_then_commit(*args, **kwargs):
         records = read(*args, **kwargs)
-        monkeypatch.setattr(backfill_module, "observed_records", read)
+        monkeypatch.setattr(records_module, "observed_records", read)
         write_records(spark, archive, VERSION_1, mode="append")
         return records
 
-    monkeypatch.setattr(backfill_module, "observed_records", read_then_commit)
+    monkeypatch.setattr(records_module, "observed_records", read_then_commit)
     ensure_emission_log(spark, job, log)
     assert DeltaTable.forPath(spark, archive).history(1).first()["version"] == 1
     assert stored_metadata(spark, log)["fingerprint"] == at_0

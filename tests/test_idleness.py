@@ -234,10 +234,10 @@ STEADY_FIRED = [("a", 0, 200, 400, 1), ("b", 0, 200, 400, 1)]
 @pytest.fixture
 def sorted_reads(monkeypatch) -> list[int]:
     """One item per time the backfill sorts the records (``timed_records``)."""
-    backfill_module = importlib.import_module("feast_stream_backfill.backfill")
-    reads, timed = [], backfill_module.timed_records
+    records_module = importlib.import_module("feast_stream_backfill.job_records")
+    reads, timed = [], records_module.timed_records
     monkeypatch.setattr(
-        backfill_module, "timed_records", lambda *args: reads.append(1) or timed(*args)
+        records_module, "timed_records", lambda *args: reads.append(1) or timed(*args)
     )
     return reads
 

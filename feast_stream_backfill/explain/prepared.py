@@ -3,8 +3,8 @@
 Processing times, duplicates, enrichment and window assignment depend on the archive and the
 job's window alone; the advisor, the timelines and the anomaly report judge the same records
 under other watermark settings, so they share these results instead of rerunning
-:func:`feast_stream_backfill.backfill` (whose first stages, :func:`timed_records` and
-:func:`distinct_records`, this calls).
+:func:`feast_stream_backfill.backfill` (whose first stages,
+:func:`~feast_stream_backfill.job_records.window_input`, this calls).
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ from dataclasses import dataclass, field, replace
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from feast_stream_backfill.backfill import (
-    StreamJob,
-    distinct_records,
-    keyed_records,
-    timed_records,
-)
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.enrichment import enrich
+from feast_stream_backfill.job import StreamJob
+from feast_stream_backfill.job_records import distinct_records, keyed_records, window_input
 from feast_stream_backfill.processing_time import with_processing_time
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
@@ -88,10 +84,9 @@ def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
     leaves them, not refused: the anomaly report counts them."""
     check_explainable(job)
     job = replace(job, null_keys="drop")
-    timed, counts = timed_records(spark, job)
-    distinct, windowed = _stages(job, distinct_records(timed))
-    windowed.persist(StorageLevel.MEMORY_AND_DISK)
-    return Prepared(job, distinct, windowed, counts, kept=[windowed, timed])
+    records = window_input(spark, job)
+    windowed = job.window.assign(records.windowed).persist(StorageLevel.MEMORY_AND_DISK)
+    return Prepared(job, records.distinct, windowed, records.counts, [windowed, *records.cached])
 
 
 def _stages(job: StreamJob, distinct: DataFrame) -> tuple[DataFrame, DataFrame]:

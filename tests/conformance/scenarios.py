@@ -341,7 +341,7 @@ def at_realistic_times(scenario: Scenario) -> bool:
 
 
 def unsorted(job: Job) -> Job:
-    """The job as one :func:`~feast_stream_backfill.backfill.sorts_nothing` holds for: event
+    """The job as one the strategy without a sort accepts: event
     time, the default trigger without lateness, periodic watermarks (every 200 ms where the
     job has none), D1 = 0; idleness kept (where no partition goes idle, the job runs without
     the sort)."""
