@@ -2,9 +2,9 @@
 
 Reads the feature repo's ``feature_store.yaml`` (``--chdir``, as ``feast``), takes the view's
 job from the registry (:func:`feast_plugin.definitions.stream_job`) and runs on the offline
-store's Spark session. Subcommands: ``advise``, ``timeline``, ``report``, ``check``. Progress
-bars go to stderr; Python warnings and Feast's and Spark's logs below ERROR are silenced, so
-stdout holds the summary table alone.
+store's Spark session. Subcommands: ``plan``, ``advise``, ``timeline``, ``report``,
+``check``. Progress bars go to stderr; Python warnings and Feast's and Spark's logs below
+ERROR are silenced, so stdout holds the summary table alone.
 """
 
 from __future__ import annotations
@@ -219,15 +219,12 @@ class Context:
         finally:
             self._guards = None
 
-    def load(self, view_name: str):
-        """``(store, view, prepared, spark)`` for the view."""
+    def job(self, view_name: str):
+        """``(store, view, job)``: the view's job from the registry, without Spark."""
         from feast import FeatureStore
-
-        from feast_stream_backfill.explain.prepared import prepare
 
         warnings.filterwarnings("ignore")  # again: importing Feast adds its own filters
         from feast_stream_backfill.feast_plugin.definitions import stream_job
-        from feast_stream_backfill.feast_plugin.offline_store import spark_for
 
         if not (self.repo / "feature_store.yaml").exists():
             raise click.UsageError(f"no feature_store.yaml in {self.repo} (use --chdir)")
@@ -236,7 +233,14 @@ class Context:
             view = store.get_stream_feature_view(view_name)
         except Exception as exc:  # Feast raises its own not-found errors
             raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
-        job = stream_job(view, store.config.repo_path)
+        return store, view, stream_job(view, store.config.repo_path)
+
+    def load(self, view_name: str):
+        """``(store, view, prepared, spark)`` for the view."""
+        from feast_stream_backfill.explain.prepared import prepare
+        from feast_stream_backfill.feast_plugin.offline_store import spark_for
+
+        store, view, job = self.job(view_name)
         spark = spark_for(store.config)
         if self._guards is not None:
             from feast_stream_backfill.explain.memory import heap_guard
@@ -287,6 +291,17 @@ PREDICTION_TIME = click.option(
     callback=_keep_prediction_time,
     help="The --predictions column holding each point's time.",
 )
+
+
+@cli.command()
+@click.argument("view")
+@click.pass_obj
+def plan(ctx: Context, view) -> None:
+    """Which strategy computes the view's windows, and why (what each strategy needs)."""
+    from feast_stream_backfill.planner import plan as plan_job
+
+    _, _, job = ctx.job(view)
+    click.echo(plan_job(job).explain())
 
 
 @cli.command()

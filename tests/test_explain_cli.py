@@ -32,7 +32,7 @@ ARCHIVE = [
     (1, 1, "10:07:00", "u1", 4.0),
     (1, 2, "10:13:00", "u2", 2.0),
 ]
-COMMANDS = ["advise", "timeline", "report", "check"]
+COMMANDS = ["plan", "advise", "timeline", "report", "check"]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,22 @@ def test_parsing():
         parse_key("a=1", ["user_id", "b"])
 
 
+def test_plan_says_which_strategy_runs_and_why(repo):
+    fast = run(repo, "plan", "user_spend_5m")
+    assert fast.exit_code == 0, fast.output
+    assert fast.output.splitlines() == [
+        "strategy: aligned-unsorted",
+        "  aligned-unsorted: accepts",
+        "  aligned-in-order: accepts",
+        "  merging: needs session windows",
+    ]
+    enriched = run(repo, "plan", "user_fees_5m")  # a lookup and a derived column
+    assert enriched.output.splitlines()[:2] == [
+        "strategy: aligned-in-order",
+        "  aligned-unsorted: needs no lookups or derived columns",
+    ]
+
+
 def test_advise(repo):
     predictions = str(repo / "data/predictions")
     result = run(
@@ -148,6 +164,7 @@ def test_timeline_and_report(repo, tmp_path):
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
     assert len(images) == 2 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert text.count("<table") >= 2 and "What to look at" in text
+    assert '<pre class="plan">strategy: aligned-unsorted' in text
     assert 'src="http' not in text and "<link" not in text  # self-contained
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:

@@ -82,7 +82,7 @@ def _reaches_at_zero(prepared: Prepared, cells: Sequence[Cell], idle: int | None
     targets = max_ts.select(
         F.explode(F.array(*[F.col("_max_ts") + s for s in shifts])).alias(TARGET)
     ).distinct()
-    reaches = watermark_reaches(prepared.distinct, targets, prepared.strategy(0, idle))
+    reaches = watermark_reaches(prepared.distinct, targets, prepared.watermark_with(0, idle))
     return reaches.persist(StorageLevel.MEMORY_AND_DISK)
 
 

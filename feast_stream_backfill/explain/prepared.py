@@ -18,6 +18,7 @@ from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, TOPIC
 from feast_stream_backfill.enrichment import enrich
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.job_records import distinct_records, keyed_records, window_input
+from feast_stream_backfill.planner import Plan, plan
 from feast_stream_backfill.processing_time import with_processing_time
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
@@ -60,15 +61,18 @@ def with_settings(
 class Prepared:
     """``distinct``: every distinct record with ``_pt`` and ``_pos`` (the watermark's input);
     ``windowed``: the records that reach the window operator, one row per (record, window);
-    ``counts``: records read and duplicates removed; ``kept``: what :meth:`release` frees."""
+    ``counts``: records read and duplicates removed; ``plan``: how the backfill computes the
+    view's own job (:func:`~feast_stream_backfill.planner.plan`; ``job`` here drops null keys
+    rather than refusing them); ``kept``: what :meth:`release` frees."""
 
     job: StreamJob
     distinct: DataFrame
     windowed: DataFrame
     counts: dict[str, int]
+    plan: Plan
     kept: list[DataFrame] = field(default_factory=list, repr=False)
 
-    def strategy(self, bound_ms: int, idle_timeout_ms: int | None) -> WatermarkStrategy:
+    def watermark_with(self, bound_ms: int, idle_timeout_ms: int | None) -> WatermarkStrategy:
         return replace(
             self.job.watermark, out_of_orderness_ms=bound_ms, idle_timeout_ms=idle_timeout_ms
         )
@@ -83,10 +87,12 @@ def prepare(spark: SparkSession, job: StreamJob) -> Prepared:
     first stages. Records with a null key are left out of the windows as ``null_keys="drop"``
     leaves them, not refused: the anomaly report counts them."""
     check_explainable(job)
+    planned = plan(job)
     job = replace(job, null_keys="drop")
     records = window_input(spark, job)
     windowed = job.window.assign(records.windowed).persist(StorageLevel.MEMORY_AND_DISK)
-    return Prepared(job, records.distinct, windowed, records.counts, [windowed, *records.cached])
+    kept = [windowed, *records.cached]
+    return Prepared(job, records.distinct, windowed, records.counts, planned, kept)
 
 
 def _stages(job: StreamJob, distinct: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -104,4 +110,4 @@ def without(prepared: Prepared, removed: Column) -> Prepared:
     )
     timed = with_processing_time(records, job.processing_time)
     distinct, windowed = _stages(job, distinct_records(timed))
-    return Prepared(job, distinct, windowed, prepared.counts)
+    return Prepared(job, distinct, windowed, prepared.counts, prepared.plan)

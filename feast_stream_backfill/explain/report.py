@@ -36,6 +36,7 @@ class ViewReport:
     job_picture: Figure
     key: Mapping[str, object]
     key_picture: Figure
+    plan: str
 
 
 def hottest_key(prepared: Prepared) -> dict[str, object]:
@@ -81,7 +82,13 @@ def view_report(
     progress(f"timeline of {dict(key)}")
     timeline = key_timeline(prepared, key)
     return ViewReport(
-        name, advice, found, draw_job_watermark(samples, name), key, draw_key_timeline(timeline)
+        name,
+        advice,
+        found,
+        draw_job_watermark(samples, name),
+        key,
+        draw_key_timeline(timeline),
+        prepared.plan.explain(),
     )
 
 
@@ -158,6 +165,8 @@ end, in seconds; wrong: prediction points whose value differs from a naive event
 {_image(f"watermark lag of {report.name}", report.job_picture)}
 <h3>Timeline of the hottest key ({html.escape(key)})</h3>
 {_image(f"timeline of {key}", report.key_picture)}
+<h3>How the backfill computes this view</h3>
+<pre class="plan">{html.escape(report.plan)}</pre>
 <h3>Anomalies</h3>
 <p>{found.far_counts["ahead"]:,} records far ahead, {found.far_counts["behind"]:,} far behind;
 {found.duplicates:,} duplicates; {found.null_keys:,} null keys.</p>
