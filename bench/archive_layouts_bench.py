@@ -33,7 +33,8 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
-from feast_stream_backfill.archives import SinkConnectorArchive, file_listing_digest
+from feast_stream_backfill.archives import SinkConnectorArchive
+from feast_stream_backfill.files import file_listing_digest
 from feast_stream_backfill.records import read_records
 from feast_stream_backfill.spark import get_spark
 

@@ -31,10 +31,10 @@ from feast.types import Float64, Int64, String
 from pyspark.sql import functions as F
 
 from examples.generate import archive_frame
-from feast_stream_backfill.archives import NANOS_AS_LONG, read_parquet
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags, sink_connector_tags
 from feast_stream_backfill.feast_plugin.apply_checks import check_views
+from feast_stream_backfill.files import NANOS_AS_LONG, read_parquet
 from tests.conftest import feature_store_yaml
 from tests.test_apply_checks import problems, repo_config
 

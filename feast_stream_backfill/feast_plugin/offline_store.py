@@ -58,7 +58,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
-from feast_stream_backfill.archives import read_parquet
 from feast_stream_backfill.emission_store import ensure_emission_log
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.feast_plugin.definitions import (
@@ -68,6 +67,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
     stream_job,
 )
 from feast_stream_backfill.feast_plugin.transformations import record_transform
+from feast_stream_backfill.files import read_parquet
 from feast_stream_backfill.jars import JarsUnavailableError
 from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.spark import default_driver_memory, delta_jars, get_spark
@@ -164,7 +164,7 @@ def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
 
 def _read_parquet(spark: SparkSession, path: str, where: str) -> DataFrame:
     """Parquet as pandas writes it by default too (nanosecond timestamps, which Spark refuses;
-    :func:`~feast_stream_backfill.archives.read_parquet`), naive times read as UTC as Feast
+    :func:`~feast_stream_backfill.files.read_parquet`), naive times read as UTC as Feast
     reads them."""
     try:
         return read_parquet(spark, path, naive_as_utc=True)
