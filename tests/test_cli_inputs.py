@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 from feast import FeatureStore
 
-from feast_stream_backfill.cli import PredictionsTable, cli
+from feast_stream_backfill.cli import cli
+from feast_stream_backfill.explain.predictions import PredictionsTable
 from feast_stream_backfill.feast_plugin.offline_store import _entity_frame
 from tests.test_explain_cli import monkeypatch_module, repo  # noqa: F401  (fixtures)
 
