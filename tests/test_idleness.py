@@ -27,7 +27,6 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
     backfill,
-    first_offsets,
 )
 from feast_stream_backfill.columns import (
     IDLE_FROM,
@@ -39,6 +38,7 @@ from feast_stream_backfill.columns import (
     WAKES_AT,
 )
 from feast_stream_backfill.idleness import idle_periods
+from feast_stream_backfill.strategies.aligned_unsorted import idle as unsorted_idle
 from tests.reference_simulator import Job, Record, simulate
 
 TICK, T = 100, 250
@@ -218,7 +218,7 @@ def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, tim
 # W = min(399, 349) at tick 400 fires both [0, 200) windows; a's [400, 600) and b's
 # [200, 400) stay pending. With p0's second record at et 401, p0 is idle at tick 400: W = 349
 # fires them at 400 all the same, where without idleness p0 holds it at -1 until tick 500.
-# Either way the records are not sorted (first_offsets.idle_periods finds the period).
+# Either way the records are not sorted (the strategy without a sort finds the period).
 def steady(second: int) -> list[tuple]:
     return [
         (0, 0, 0, "a", 1.0),
@@ -256,8 +256,10 @@ def test_idle_periods_need_no_sort(make_archive, sorted_reads, second):
     assert not sorted_reads
 
 
-def test_too_many_words_to_read_again_take_the_sorted_path(make_archive, monkeypatch, sorted_reads):
-    monkeypatch.setattr(first_offsets, "MAX_IDLE_WORDS", 0)
+def test_too_many_blocks_to_read_again_take_the_sorted_path(
+    make_archive, monkeypatch, sorted_reads
+):
+    monkeypatch.setattr(unsorted_idle, "MAX_BLOCKS_READ_AGAIN", 0)
     idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
     assert spark_log(make_archive, steady(401), 200, idle) == (STEADY_FIRED, 2)
     assert sorted_reads
