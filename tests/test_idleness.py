@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
+    Backfill,
     EventTimeTrigger,
     ProcessingTimeModel,
     SessionWindows,
@@ -44,7 +45,7 @@ from tests.reference_simulator import Job, Record, simulate
 TICK, T = 100, 250
 
 
-def spark_log(make_archive, rows, size, strategy, min_gap=0):
+def spark_result(make_archive, rows, size, strategy, min_gap=0) -> Backfill:
     job = StreamJob(
         topics=[ArchivedTopic("t", dataframe=make_archive(rows))],
         keys=["user"],
@@ -54,7 +55,15 @@ def spark_log(make_archive, rows, size, strategy, min_gap=0):
         watermark=strategy,
         processing_time=ProcessingTimeModel(min_gap_ms=min_gap),
     )
-    result = backfill(make_archive([]).sparkSession, job)
+    return backfill(make_archive([]).sparkSession, job)
+
+
+def spark_log(make_archive, rows, size, strategy, min_gap=0):
+    return logged(spark_result(make_archive, rows, size, strategy, min_gap))
+
+
+def logged(result: Backfill):
+    """(emissions as (user, start, end, emit time, record count), records pending)."""
     ms = F.unix_millis
     rows = result.emissions.select(
         "user", ms("window_start"), ms("window_end"), ms("emit_time"), "record_count"
@@ -260,6 +269,9 @@ def test_too_many_blocks_to_read_again_take_the_sorted_path(
     make_archive, monkeypatch, sorted_reads
 ):
     monkeypatch.setattr(unsorted_idle, "MAX_BLOCKS_READ_AGAIN", 0)
-    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
-    assert spark_log(make_archive, steady(401), 200, idle) == (STEADY_FIRED, 2)
+    strategy = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    result = spark_result(make_archive, steady(401), 200, strategy)
+    assert logged(result) == (STEADY_FIRED, 2)
+    assert result.ran == "aligned-in-order"
+    assert result.stats["strategies_declined"] == 1
     assert sorted_reads
