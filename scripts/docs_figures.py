@@ -50,7 +50,7 @@ FLOW = [
     [("enrichment", "enrichment/")],
     [("watermarks", "watermarks,\nidleness,\nwatermark_replay")],
     [
-        ("aligned, unsorted", "first_offsets"),
+        ("aligned, unsorted", "strategies/\naligned_unsorted/"),
         ("aligned windows", "windows, triggers,\nwindow_operator"),
         ("merging windows", "sessions,\nsession_groups,\nmerging_window_set"),
     ],

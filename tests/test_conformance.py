@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from feast_stream_backfill import first_offsets
 from feast_stream_backfill.planner import plan
+from feast_stream_backfill.strategies.aligned_unsorted import reaches_and_drops
 from tests.conformance.harness import (
     FlinkRun,
     Scenario,
@@ -142,9 +142,11 @@ def test_two_topics_with_their_own_bounds_without_the_sort(spark, replays, monke
     # reach thresholds can be close to the other's, so one topic's records are read again and
     # the other's not (conformance --first-offsets found the filter raising on the empty list).
     reads = []
-    range_minima = first_offsets.range_minima
+    range_minima = reaches_and_drops.range_minima
     monkeypatch.setattr(
-        first_offsets, "range_minima", lambda *args: reads.append(args[1]) or range_minima(*args)
+        reaches_and_drops,
+        "range_minima",
+        lambda *args: reads.append(args[1]) or range_minima(*args),
     )
     scenario, run = replays[UNSORTED_TWO_TOPICS]
     job = stream_job(spark, scenario.records, scenario.job)

@@ -50,9 +50,9 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
     backfill,
-    first_offsets,
 )
 from feast_stream_backfill.planner import eligible, plan
+from feast_stream_backfill.strategies.aligned_unsorted import window_aggregates
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
 
@@ -572,7 +572,7 @@ unsorted_jobs = jobs.map(
     records=archives(),
     job=unsorted_jobs,
     base=st.sampled_from([0, REALISTIC]),
-    chunk_windows=st.sampled_from([first_offsets.CHUNK_WINDOWS, 1]),
+    chunk_windows=st.sampled_from([window_aggregates.CHUNK_WINDOWS, 1]),
 )
 def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base, chunk_windows):
     """The strategy that never sorts the records: planned first for these jobs, and equal to
@@ -582,7 +582,7 @@ def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base,
     records, job = shifted(records, base), modelled(job, records)
     assert plan(stream_job(spark, records, job)).strategy.name == "aligned-unsorted"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
+        patch.setattr(window_aggregates, "CHUNK_WINDOWS", chunk_windows)
         check(spark, records, job)
 
 

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
+    Backfill,
     EventTimeTrigger,
     ProcessingTimeModel,
     SessionWindows,
@@ -27,7 +28,6 @@ from feast_stream_backfill import (
     TumblingWindows,
     WatermarkStrategy,
     backfill,
-    first_offsets,
 )
 from feast_stream_backfill.columns import (
     IDLE_FROM,
@@ -39,12 +39,13 @@ from feast_stream_backfill.columns import (
     WAKES_AT,
 )
 from feast_stream_backfill.idleness import idle_periods
+from feast_stream_backfill.strategies.aligned_unsorted import idle as unsorted_idle
 from tests.reference_simulator import Job, Record, simulate
 
 TICK, T = 100, 250
 
 
-def spark_log(make_archive, rows, size, strategy, min_gap=0):
+def spark_result(make_archive, rows, size, strategy, min_gap=0) -> Backfill:
     job = StreamJob(
         topics=[ArchivedTopic("t", dataframe=make_archive(rows))],
         keys=["user"],
@@ -54,7 +55,15 @@ def spark_log(make_archive, rows, size, strategy, min_gap=0):
         watermark=strategy,
         processing_time=ProcessingTimeModel(min_gap_ms=min_gap),
     )
-    result = backfill(make_archive([]).sparkSession, job)
+    return backfill(make_archive([]).sparkSession, job)
+
+
+def spark_log(make_archive, rows, size, strategy, min_gap=0):
+    return logged(spark_result(make_archive, rows, size, strategy, min_gap))
+
+
+def logged(result: Backfill):
+    """(emissions as (user, start, end, emit time, record count), records pending)."""
     ms = F.unix_millis
     rows = result.emissions.select(
         "user", ms("window_start"), ms("window_end"), ms("emit_time"), "record_count"
@@ -218,7 +227,7 @@ def test_idle_periods_equal_the_rule_record_by_record(spark, gaps, interval, tim
 # W = min(399, 349) at tick 400 fires both [0, 200) windows; a's [400, 600) and b's
 # [200, 400) stay pending. With p0's second record at et 401, p0 is idle at tick 400: W = 349
 # fires them at 400 all the same, where without idleness p0 holds it at -1 until tick 500.
-# Either way the records are not sorted (first_offsets.idle_periods finds the period).
+# Either way the records are not sorted (the strategy without a sort finds the period).
 def steady(second: int) -> list[tuple]:
     return [
         (0, 0, 0, "a", 1.0),
@@ -256,8 +265,13 @@ def test_idle_periods_need_no_sort(make_archive, sorted_reads, second):
     assert not sorted_reads
 
 
-def test_too_many_words_to_read_again_take_the_sorted_path(make_archive, monkeypatch, sorted_reads):
-    monkeypatch.setattr(first_offsets, "MAX_IDLE_WORDS", 0)
-    idle = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
-    assert spark_log(make_archive, steady(401), 200, idle) == (STEADY_FIRED, 2)
+def test_too_many_blocks_to_read_again_take_the_sorted_path(
+    make_archive, monkeypatch, sorted_reads
+):
+    monkeypatch.setattr(unsorted_idle, "MAX_BLOCKS_READ_AGAIN", 0)
+    strategy = WatermarkStrategy(interval_ms=TICK, idle_timeout_ms=T)
+    result = spark_result(make_archive, steady(401), 200, strategy)
+    assert logged(result) == (STEADY_FIRED, 2)
+    assert result.ran == "aligned-in-order"
+    assert result.stats["strategies_declined"] == 1
     assert sorted_reads

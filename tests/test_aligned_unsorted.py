@@ -1,13 +1,20 @@
-"""The path that never sorts the records by offset (:mod:`feast_stream_backfill.first_offsets`),
-hand-computed; ``tests/test_differential.py`` checks it against the simulator on random
-archives, and with the sorted path forced."""
+"""The strategy that never sorts the records
+(:mod:`feast_stream_backfill.strategies.aligned_unsorted`), hand-computed;
+``tests/test_differential.py`` checks it against the simulator on random archives, and against
+the strategy in processing order."""
 
 import re
 
 import pytest
 from pyspark.sql import functions as F
 
-from feast_stream_backfill import Aggregation, ArchivedTopic, StreamJob, first_offsets, idleness
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    StreamJob,
+    WatermarkStrategy,
+    idleness,
+)
 from feast_stream_backfill.columns import (
     EVENT_TIME,
     IDLE_FROM,
@@ -20,6 +27,15 @@ from feast_stream_backfill.columns import (
 )
 from feast_stream_backfill.job_records import job_records
 from feast_stream_backfill.planner import plan
+from feast_stream_backfill.strategies import StrategyDeclined
+from feast_stream_backfill.strategies.aligned_unsorted import (
+    idle,
+    offsets,
+    reaches_and_drops,
+    thresholds,
+    window_aggregates,
+)
+from feast_stream_backfill.strategies.aligned_unsorted.thresholds import BucketStarts
 from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
 from tests.reference_simulator import Job, Record
 from tests.test_differential import run_backfill, spark_backfill_with_stats, stream_job
@@ -30,21 +46,21 @@ def in_partition_0(rows: list[tuple]) -> list[Record]:
     return [Record("t1", 0, *row) for row in rows]
 
 
-@pytest.mark.parametrize("cells", [first_offsets.MAX_CELLS, 1, 3])
+@pytest.mark.parametrize("cells", [thresholds.MAX_CELLS, 1, 3])
 def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
     # p0 in offset order: et 100, 50, 300, 120; p1: 130, then 40 at offset 5. Buckets from
     # the records in ranges, each starting at a threshold: the first record with et >= 120
     # in p0 is offset 2 (et 300): offset 3 has et 120 but comes later. [301, 400) is empty.
     # A bucket [45, 150) overlapping them changes nothing: a minimum. With one or three
     # coarse cells, ranges share cells and a record picks its own by et.
-    monkeypatch.setattr(first_offsets, "MAX_CELLS", cells)
+    monkeypatch.setattr(thresholds, "MAX_CELLS", cells)
     rows = [(0, 0, 100), (0, 1, 50), (0, 2, 300), (0, 3, 120), (1, 0, 130), (1, 5, 40)]
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
     ranges = {"t": [(40, 60), (60, 120), (120, 121), (121, 301), (301, 400)]}
-    minima = first_offsets.range_minima(records, ranges)
+    minima = thresholds.range_minima(records, ranges)
     assert sorted(tuple(r) for r in minima.collect()) == [
         ("t", 0, 40, 1, 50),
         ("t", 0, 60, 0, 100),
@@ -53,10 +69,10 @@ def test_first_records_at_or_above_each_threshold(spark, monkeypatch, cells):
         ("t", 1, 40, 5, 40),
         ("t", 1, 121, 0, 130),
     ]
-    overlapping = first_offsets.range_minima(records, {"t": [(45, 150)]})
-    thresholds = {"t": [60, 120, 121, 301, 40]}
-    found = first_offsets.first_at_or_above(
-        minima.unionByName(overlapping), [("t", 0), ("t", 1)], thresholds
+    overlapping = thresholds.range_minima(records, {"t": [(45, 150)]})
+    asked = {"t": [60, 120, 121, 301, 40]}
+    found = thresholds.first_at_or_above(
+        minima.unionByName(overlapping), [("t", 0), ("t", 1)], asked
     )
     actual = {
         (r[PARTITION], r["_threshold"]): None if r["_first"] is None else tuple(r["_first"])
@@ -82,8 +98,8 @@ def test_a_bucket_starts_where_starts_at_says(spark):
     # 15 are 34, 54, ..., 334 (< 15 + 16 x 20, within half a pane). 14 (1999 after -1985) and
     # 354 start none.
     window = TumblingWindows(size_ms=2000, offset_ms=10)
-    buckets = first_offsets.Buckets(window, bound={"t": 5}, tick_ms=20, delay_ms=7)
-    assert [buckets.starts_at("t", v) for v in (-1985, 14, 15, 34, 35, 334, 354, 2015)] == [
+    starts = BucketStarts(window, WatermarkStrategy(interval_ms=20), {"t": 5}, delay_ms=7)
+    assert [starts.starts_at("t", v) for v in (-1985, 14, 15, 34, 35, 334, 354, 2015)] == [
         True,
         False,
         True,
@@ -95,7 +111,7 @@ def test_a_bucket_starts_where_starts_at_says(spark):
     ]
     values = range(-2100, 2100)
     events = spark.createDataFrame([("t", v) for v in values], f"{TOPIC} string, {EVENT_TIME} long")
-    start = dict(events.select(EVENT_TIME, buckets.start()).collect())
+    start = dict(events.select(EVENT_TIME, starts.record_bucket()).collect())
     # 14 is in -1985's bucket from its 16th tick threshold, -1666 (< -1985 + 320)
     assert [start[v] for v in (14, 15, 33, 34, 353, 2014, 2015)] == [
         -1666,
@@ -106,10 +122,10 @@ def test_a_bucket_starts_where_starts_at_says(spark):
         334,
         2015,
     ]
-    assert [v for v in values if start[v] == v] == [v for v in values if buckets.starts_at("t", v)]
+    assert [v for v in values if start[v] == v] == [v for v in values if starts.starts_at("t", v)]
 
 
-def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
+def test_one_read_groups_records_by_block_reach_threshold_and_pane(spark):
     # Sliding windows of 100 ms by 50, offset 10: panes of 50 start at 10 (mod 50) and so do
     # the windows' ends. B = 5: a window's reach threshold maxTs + B + 1 = end + 5 is 15
     # (mod 50). Ticks every 20 ms, D2 = 0: drop thresholds T + 1 = 1 (mod 20), those less
@@ -122,10 +138,11 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
     window = SlidingWindows(size_ms=100, slide_ms=50, offset_ms=10)
-    grouped = first_offsets.group_records(records, first_offsets.Buckets(window, {"t": 5}, 20, 0))
-    # one row per (partition, word, bucket, pane): its offsets' bits, the lowest and its et
+    starts = BucketStarts(window, WatermarkStrategy(interval_ms=20), {"t": 5}, delay_ms=0)
+    grouped = offsets.group_records(records, starts)
+    # one row per (partition, block, bucket, pane): its offsets' bits, the lowest and its et
     assert {
-        (r[PARTITION], r["_word"], r["_threshold"], r["_pane"]): (
+        (r[PARTITION], r["_block"], r["_threshold"], r["_pane"]): (
             r["_offset_bits"],
             r[OFFSET],
             r[EVENT_TIME],
@@ -138,14 +155,14 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         (1, 0, 15, 10): (1 << 3, 3, 15),
         (1, 0, 65, 60): (1 << 4 | 1 << 2, 2, 66),
     }
-    minima = first_offsets.bucket_minima(grouped).collect()
+    minima = thresholds.bucket_minima(grouped).collect()
     assert {(r[PARTITION], r["_threshold"]): (r[OFFSET], r[EVENT_TIME]) for r in minima} == {
         (0, -19): (0, 14),
         (0, 21): (70, 64),
         (1, 15): (3, 15),
         (1, 65): (2, 66),
     }
-    panes = first_offsets.pane_windows(grouped, window)  # each pane is in two windows
+    panes = window_aggregates.pane_windows(grouped, window)  # each pane is in two windows
     assert sorted(tuple(r) for r in panes.collect()) == [
         (-40, -90, 10, 1),
         (-40, -40, 60, 2),
@@ -154,33 +171,35 @@ def test_one_read_groups_records_by_word_reach_threshold_and_pane(spark):
         (60, 10, 110, 1),
         (60, 60, 160, 2),
     ]
-    offsets = first_offsets.offset_words(grouped)
-    assert {(r[PARTITION], r["_word"]): r["_offset_bits"] for r in offsets.words.collect()} == {
+    found = offsets.offset_blocks(grouped)
+    assert {(r[PARTITION], r["_block"]): r["_offset_bits"] for r in found.blocks.collect()} == {
         (0, 0): 0b11,
         (0, 1): 1 << (70 - 64),
         (1, 0): 0b11100,
     }
-    assert offsets.counts == {"records_read": 6, "duplicates_removed": 0}
-    assert not offsets.suspect
+    assert found.counts == {"records_read": 6, "duplicates_removed": 0}
+    assert not found.suspect
     for cached in (grouped, panes):
         cached.unpersist()
 
 
-@pytest.mark.parametrize("fine_ticks", [first_offsets.FINE_TICKS, 0])
-def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, fine_ticks):
+@pytest.mark.parametrize("ticks_after_reach", [thresholds.TICKS_AFTER_REACH, 0])
+def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, ticks_after_reach):
     # D2 = 10, B = 0, ticks every 50 ms, one partition, windows of 100 ms. Read at
     # D2 + the highest et so far: o0 et 50 at 60, o1 et 120 at 130, o2 et 60 at 130,
     # o3 et 145 at 155, o4 et 70 at 155. [0, 100) needs et >= 100: o1, read at 130, so the
     # tick at 150 fires it (a: 1 + 4). o4 is read at 155, after that tick: it is at or after
     # the first offset with et >= 150 - 10 + 1 = 141 (o3): dropped. [100, 200) never fires.
     # 141 starts a bucket of the grouped read (41 after the reach threshold 100, within 16
-    # ticks and half a window): no second read. With no fine ticks it starts none: the
-    # records in [141, 200) are read again.
-    monkeypatch.setattr(first_offsets, "FINE_TICKS", fine_ticks)
+    # ticks and half a window): no second read. With no ticks after a reach threshold it
+    # starts none: the records in [141, 200) are read again.
+    monkeypatch.setattr(thresholds, "TICKS_AFTER_REACH", ticks_after_reach)
     reads = []
-    range_minima = first_offsets.range_minima
+    range_minima = reaches_and_drops.range_minima
     monkeypatch.setattr(
-        first_offsets, "range_minima", lambda *args: reads.append(args[1]) or range_minima(*args)
+        reaches_and_drops,
+        "range_minima",
+        lambda *args: reads.append(args[1]) or range_minima(*args),
     )
     records = in_partition_0(
         [
@@ -201,27 +220,29 @@ def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, fin
         1,
         2,
     )
-    assert reads == ([] if fine_ticks else [{"t1": [(141, 200)]}])
+    assert reads == ([] if ticks_after_reach else [{"t1": [(141, 200)]}])
 
 
-def test_copied_offsets_are_found_per_word(spark):
-    # Word 0 of p0: offsets 0, 1, 1, 2 (offset 1 archived twice): copy bits 0b10.
-    # Word 1 of p0: offsets 64, 65, 65, 65 (three copies of 65): OR ^ XOR cannot tell which
-    # offsets, so all of the word's go to the grouping (-1). p1 has no copies (0).
+def test_copied_offsets_are_found_per_block(spark):
+    # Block 0 of p0: offsets 0, 1, 1, 2 (offset 1 archived twice): copy bits 0b10.
+    # Block 1 of p0: offsets 64, 65, 65, 65 (three copies of 65): OR ^ XOR cannot tell which
+    # offsets, so all of the block's go to the grouping (-1). p1 has no copies (0).
     rows = [(0, o, 10 * o) for o in (0, 1, 1, 2, 64, 65, 65, 65)] + [(1, 0, 5), (1, 1, 6)]
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    buckets = first_offsets.Buckets(TumblingWindows(size_ms=100), {"t": 0}, 200, 0)
-    grouped = first_offsets.group_records(records, buckets)
-    offsets = first_offsets.offset_words(grouped)
-    assert offsets.partitions == [("t", 0), ("t", 1)]
-    assert not offsets.paired  # three copies of 65: copies cannot be counted at half weight
-    bits = {(r[PARTITION], r["_word"]): r["_copy_bits"] for r in offsets.words.collect()}
+    starts = BucketStarts(
+        TumblingWindows(size_ms=100), WatermarkStrategy(interval_ms=200), {"t": 0}, 0
+    )
+    grouped = offsets.group_records(records, starts)
+    found = offsets.offset_blocks(grouped)
+    assert found.partitions == [("t", 0), ("t", 1)]
+    assert not found.paired  # three copies of 65: copies cannot be counted at half weight
+    bits = {(r[PARTITION], r["_block"]): r["_copy_bits"] for r in found.blocks.collect()}
     assert bits == {(0, 0): 0b10, (0, 1): -1, (1, 0): 0}
-    assert offsets.counts == {"records_read": 10, "duplicates_removed": 3}
-    distinct, kept = first_offsets.distinct_records(records, offsets.words)
+    assert found.counts == {"records_read": 10, "duplicates_removed": 3}
+    distinct, kept = offsets.distinct_records(records, found.blocks)
     assert sorted(tuple(r) for r in distinct.collect()) == sorted(("t", *row) for row in {*rows})
     for cached in [grouped, *kept]:
         cached.unpersist()
@@ -253,7 +274,7 @@ def test_copies_count_once_without_grouping_them_by_offset(spark, monkeypatch):
     def grouped_by_offset(*_):
         raise AssertionError("copies grouped by offset")
 
-    monkeypatch.setattr(first_offsets, "distinct_records", grouped_by_offset)
+    monkeypatch.setattr(offsets, "distinct_records", grouped_by_offset)
     job = Job(size=100, interval=50, min_delay=10)
     emissions, _, stats = spark_backfill_with_stats(spark, COPIED_ARCHIVE, job)
     assert sorted(e[:8] for e in emissions) == COPIED_EMISSIONS
@@ -262,20 +283,20 @@ def test_copies_count_once_without_grouping_them_by_offset(spark, monkeypatch):
 
 
 def test_copies_marked_wrongly_are_grouped_by_offset(spark, monkeypatch):
-    # Every offset marked copied, as a collision of two words' keys would mark a word's: the
+    # Every offset marked copied, as a collision of two blocks' keys would mark a block's: the
     # records archived once leave their windows unpaired, so copies are grouped by offset.
-    copies, grouped = first_offsets._copies, []
+    copies, grouped = offsets._copies, []
 
-    def every_offset(words):
-        return copies(words.withColumn("_copy_bits", F.lit(-1)))
+    def every_offset(blocks):
+        return copies(blocks.withColumn("_copy_bits", F.lit(-1)))
 
-    def grouped_by_offset(records, words):
+    def grouped_by_offset(records, blocks):
         grouped.append(True)
-        return distinct_records(records, words)
+        return distinct_records(records, blocks)
 
-    distinct_records = first_offsets.distinct_records
-    monkeypatch.setattr(first_offsets, "_copies", every_offset)
-    monkeypatch.setattr(first_offsets, "distinct_records", grouped_by_offset)
+    distinct_records = offsets.distinct_records
+    monkeypatch.setattr(offsets, "_copies", every_offset)
+    monkeypatch.setattr(offsets, "distinct_records", grouped_by_offset)
     job = Job(size=100, interval=50, min_delay=10)
     emissions, _, stats = spark_backfill_with_stats(spark, COPIED_ARCHIVE, job)
     assert sorted(e[:8] for e in emissions) == COPIED_EMISSIONS
@@ -283,7 +304,7 @@ def test_copies_marked_wrongly_are_grouped_by_offset(spark, monkeypatch):
     assert stats["duplicates_removed"] == 2
 
 
-@pytest.mark.parametrize("chunk_windows", [first_offsets.CHUNK_WINDOWS, 1])
+@pytest.mark.parametrize("chunk_windows", [window_aggregates.CHUNK_WINDOWS, 1])
 def test_a_sliding_window_record_dropped_from_its_earlier_window_only(
     spark, monkeypatch, chunk_windows
 ):
@@ -294,7 +315,7 @@ def test_a_sliding_window_record_dropped_from_its_earlier_window_only(
     # o4, read at 170, is in [0, 100) (fired at 150: dropped) and [50, 150) (on time): its
     # pane's windows are dropped for a prefix only. Chunks of one window (100 ms) send the
     # panes at 50 and 150 to two chunks each: the windows are the same.
-    monkeypatch.setattr(first_offsets, "CHUNK_WINDOWS", chunk_windows)
+    monkeypatch.setattr(window_aggregates, "CHUNK_WINDOWS", chunk_windows)
     records = in_partition_0(
         [
             (0, 40, "a", 1.0),
@@ -363,9 +384,9 @@ def test_a_far_ticks_read_filters_the_archives_own_event_time(spark, tmp_path):
         aggregations=[Aggregation("amount", "sum", "amount")],
     )
     records, _ = job_records(spark, job, archive_time=True)
-    # A job's other topic may have no range (conformance's two_topics_own_bounds found it).
+    # A job's other topic may have no range.
     ranges = {"t": [(121, 301), (10_100, 10_200)], "other": []}
-    minima = first_offsets.range_minima(records, ranges)
+    minima = thresholds.range_minima(records, ranges)
     assert sorted(tuple(r) for r in minima.collect()) == [
         ("t", 0, 121, 2, 300),
         ("t", 0, 10_100, 4, 10_150),
@@ -379,15 +400,15 @@ def test_pushed_ranges_cover_every_range_closest_merged_first():
     # Joined: [0, 20) (overlapping), [30, 40), [41, 50), [100, 110); gaps 10, 1, 50. Two
     # ranges at most: the gaps of 1 and 10 are closed.
     pairs = [(0, 10), (5, 20), (30, 40), (41, 50), (100, 110)]
-    assert first_offsets._merged(pairs, 2) == [(0, 50), (100, 110)]
-    assert first_offsets._merged(pairs, 10) == [(0, 20), (30, 40), (41, 50), (100, 110)]
+    assert thresholds.merged_ranges(pairs, 2) == [(0, 50), (100, 110)]
+    assert thresholds.merged_ranges(pairs, 10) == [(0, 20), (30, 40), (41, 50), (100, 110)]
 
 
 # I = 100, T = 250: a partition goes idle at ceil_I(a) + I + 300 after a record read at a,
 # unless its next record comes first, and at ceil_I(S) + 300 before its first, S the job's
 # start; D2 = 0, so a record is read at its partition's highest event time so far. Only a
-# 64-offset word over which that rises by more than I + 300 = 400 is read again.
-WORDS_RISE = [(0, 0, 0), (0, 64, 400), (0, 128, 800)]  # p0 rises 400 per word
+# block of 64 offsets over which that rises by more than I + 300 = 400 is read again.
+BLOCKS_RISE = [(0, 0, 0), (0, 64, 400), (0, 128, 800)]  # p0 rises 400 per block
 
 
 @pytest.mark.parametrize(
@@ -396,26 +417,25 @@ WORDS_RISE = [(0, 0, 0), (0, 64, 400), (0, 128, 800)]  # p0 rises 400 per word
         # p0 reads 400 at 400: idle at ceil(0) + 400 = 400 only if nothing came before it
         ([(0, 0, 0), (0, 1, 400), (1, 0, 100), (1, 1, 350)], set()),
         ([(0, 0, 0), (0, 1, 401), (1, 0, 100), (1, 1, 350)], {(0, 400, 1, 401)}),
-        # a word rising 0 -> 300 -> 600 is read again: no jump over 400, no period
+        # a block rising 0 -> 300 -> 600 is read again: no jump over 400, no period
         ([(0, 0, 0), (0, 1, 300), (0, 2, 600)], set()),
         # p1 starts at 300: idle from ceil(S = 0) + 300 = 300 only if it started later
         ([(0, 0, 0), (0, 1, 400), (1, 0, 300)], set()),
         ([(0, 0, 0), (0, 1, 400), (1, 0, 301)], {(1, 300, 0, 301)}),
         # the archive ends at ceil(800) = 800; p1's last record at 400 goes idle at
         # ceil(400) + 400 = 800, not after: idle to the end; at 401, at 900
-        ([*WORDS_RISE, (1, 0, 100), (1, 1, 400)], {(1, 800, None, None)}),
-        ([*WORDS_RISE, (1, 0, 100), (1, 1, 401)], set()),
+        ([*BLOCKS_RISE, (1, 0, 100), (1, 1, 400)], {(1, 800, None, None)}),
+        ([*BLOCKS_RISE, (1, 0, 100), (1, 1, 401)], set()),
     ],
 )
-def test_idle_periods_read_again_only_the_words_rising_past_the_wait(spark, rows, periods):
+def test_idle_periods_read_again_only_the_blocks_rising_past_the_wait(spark, rows, periods):
     records = spark.createDataFrame(
         [("t", *row) for row in rows],
         f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
     )
-    buckets = first_offsets.Buckets(TumblingWindows(1000), {"t": 0}, 100, 0)
-    grouped = first_offsets.group_records(records, buckets, highest=True)
+    grouped = offsets.group_records(records, idle_starts(), highest=True)
     partitions = sorted({("t", row[0]) for row in rows})
-    found = first_offsets.idle_periods(grouped, records, partitions, 100, 250, 0)
+    found = idle.idle_periods(grouped, records, partitions, 100, 250, 0)
 
     def as_set(idle):
         until = F.col(IDLE_UNTIL)["offset"]
@@ -431,4 +451,31 @@ def test_idle_periods_read_again_only_the_words_rising_past_the_wait(spark, rows
         read_at, f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {PROCESSING_TIME} long"
     )
     assert as_set(idleness.idle_periods(timed, 100, 250)) == periods
+    grouped.unpersist()
+
+
+def idle_starts() -> BucketStarts:
+    return BucketStarts(TumblingWindows(1000), WatermarkStrategy(interval_ms=100), {"t": 0}, 0)
+
+
+@pytest.mark.parametrize(("second", "declined"), [(400, False), (401, True)])
+def test_idle_periods_decline_past_the_blocks_they_may_read_again(
+    spark, monkeypatch, second, declined
+):
+    # No block may be read again: p0's block rising from 0 to 401 (more than 400) makes the
+    # strategy decline; rising to 400, it reads nothing again, and the partitions' first and
+    # last blocks (two per partition) are not counted against the limit.
+    monkeypatch.setattr(idle, "MAX_BLOCKS_READ_AGAIN", 0)
+    rows = [(0, 0, 0), (0, 1, second), (1, 0, 100), (1, 1, 350)]
+    records = spark.createDataFrame(
+        [("t", *row) for row in rows],
+        f"{TOPIC} string, {PARTITION} int, {OFFSET} long, {EVENT_TIME} long",
+    )
+    grouped = offsets.group_records(records, idle_starts(), highest=True)
+    partitions = [("t", 0), ("t", 1)]
+    if declined:
+        with pytest.raises(StrategyDeclined, match="more than 0 blocks of 64 offsets"):
+            idle.idle_periods(grouped, records, partitions, 100, 250, 0)
+    else:
+        assert idle.idle_periods(grouped, records, partitions, 100, 250, 0).count() == 0
     grouped.unpersist()
