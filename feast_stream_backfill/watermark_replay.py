@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -137,83 +138,108 @@ def combined_rises(
 ) -> Iterator[pd.DataFrame]:
     """:func:`replay`'s work on the events in order (pandas batches: the position's fields,
     partition's index, kind, value). A batch of rises alone, while no partition is idle, is
-    applied with numpy (:func:`_after_each_group`); any other, an event at a time. ``start``:
+    applied with numpy (:meth:`_Combined.rises`); any other, an event at a time. ``start``:
     each partition's value before the first event (every one ``initial`` if None), all
     active."""
-    width = len(_NAMES)
-    value = list(start) if start is not None else [initial] * n_partitions
-    idle = [False] * n_partitions
-    active = [(v, i) for i, v in enumerate(value)]  # a heap; stale entries skipped
-    heapq.heapify(active)
-    highest = max(value, default=initial)
-    combined = min(value, default=initial) if combine == "min" else highest
-    here: tuple | None = None
-    out: list[tuple] = []
-
-    def update() -> None:
-        nonlocal combined
-        while active and (idle[active[0][1]] or value[active[0][1]] != active[0][0]):
-            heapq.heappop(active)
-        candidate = active[0][0] if active and combine == "min" else highest
-        if candidate > combined:
-            out.append((*here, combined, candidate))
-            combined = candidate
-
+    state = _Combined(list(start) if start is not None else [initial] * n_partitions, combine)
+    state.reset_heap()
+    state.highest = max(state.value, default=initial)
+    values = state.value or [initial]
+    state.combined = min(values) if combine == "min" else state.highest
     for batch in batches:
         if batch.empty:
             continue
-        if vectorised and not any(idle) and (batch[EVENT_KIND] == REACH).all():
-            at = [batch[name].to_numpy() for name in _NAMES]
-            new = np.zeros(len(batch), dtype=bool)
-            for column in at:
-                new[1:] |= column[1:] != column[:-1]
-            new[0] = here is None or tuple(column[0] for column in at) != here
-            if here is not None and new[0]:
-                update()  # the group the previous batch ended with is complete
-            group = np.cumsum(new) - int(new[0])  # numbered from 0
-            partition = batch[_INDEX].to_numpy(np.int64)
-            after, ends = _after_each_group(
-                np.asarray(value, dtype=np.int64),
-                partition,
-                batch[EVENT_VALUE].to_numpy(np.int64),
-                group,
-                combine,
-            )
-            highest = max(highest, int(ends.max(initial=initial)))
-            firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
-            for g in range(len(firsts) - 1):  # the last group may go on in the next batch
-                if after[g] > combined:
-                    out.append((*(c[firsts[g]] for c in at), combined, int(after[g])))
-                    combined = int(after[g])
-            value = ends.tolist()
-            active = [(v, i) for i, v in enumerate(value)]
-            heapq.heapify(active)
-            here = tuple(c[-1] for c in at)
+        if vectorised and not any(state.idle) and (batch[EVENT_KIND] == REACH).all():
+            state.rises(batch, initial)
         else:
-            for row in batch.itertuples(index=False):
-                position = tuple(row[:width])
-                if here is not None and position != here:
-                    update()
-                here = position
-                p = row[width]
-                kind = row[width + 1]
-                if kind == IDLE:
-                    idle[p] = True
-                    continue
-                if kind == REACH:
-                    value[p] = max(value[p], row[width + 2])
-                    highest = max(highest, value[p])
-                else:
-                    idle[p] = False
-                if not idle[p]:
-                    heapq.heappush(active, (value[p], p))
-        if out:
-            yield pd.DataFrame(out, columns=[*_NAMES, RISE_FROM, RISE_TO])
-            out = []
-    if here is not None:
-        update()
-    if out:
-        yield pd.DataFrame(out, columns=[*_NAMES, RISE_FROM, RISE_TO])
+            state.events(batch)
+        if state.out:
+            yield pd.DataFrame(state.out, columns=[*_NAMES, RISE_FROM, RISE_TO])
+            state.out = []
+    if state.here is not None:
+        state.update()
+    if state.out:
+        yield pd.DataFrame(state.out, columns=[*_NAMES, RISE_FROM, RISE_TO])
+
+
+@dataclass
+class _Combined:
+    """The combined watermark as the events are applied: each partition's value and
+    idleness, a heap of the active values (stale entries skipped), the position of the group
+    of events being applied (``here``) and the rises found (``out``)."""
+
+    value: list[int]
+    combine: str
+    idle: list[bool] = field(default_factory=list)
+    active: list[tuple[int, int]] = field(default_factory=list)
+    highest: int = 0
+    combined: int = 0
+    here: tuple | None = None
+    out: list[tuple] = field(default_factory=list)
+
+    def reset_heap(self) -> None:
+        if not self.idle:
+            self.idle = [False] * len(self.value)
+        self.active = [(v, i) for i, v in enumerate(self.value)]
+        heapq.heapify(self.active)
+
+    def update(self) -> None:
+        """The group at ``here`` is complete: a rise of the combined watermark if any."""
+        active, idle, value = self.active, self.idle, self.value
+        while active and (idle[active[0][1]] or value[active[0][1]] != active[0][0]):
+            heapq.heappop(active)
+        candidate = active[0][0] if active and self.combine == "min" else self.highest
+        if candidate > self.combined:
+            self.out.append((*self.here, self.combined, candidate))
+            self.combined = candidate
+
+    def rises(self, batch: pd.DataFrame, initial: int) -> None:
+        """A batch of rises alone, no partition idle: numpy, a group at a time."""
+        at = [batch[name].to_numpy() for name in _NAMES]
+        new = np.zeros(len(batch), dtype=bool)
+        for column in at:
+            new[1:] |= column[1:] != column[:-1]
+        new[0] = self.here is None or tuple(column[0] for column in at) != self.here
+        if self.here is not None and new[0]:
+            self.update()  # the group the previous batch ended with is complete
+        group = np.cumsum(new) - int(new[0])  # numbered from 0
+        after, ends = _after_each_group(
+            np.asarray(self.value, dtype=np.int64),
+            batch[_INDEX].to_numpy(np.int64),
+            batch[EVENT_VALUE].to_numpy(np.int64),
+            group,
+            self.combine,
+        )
+        self.highest = max(self.highest, int(ends.max(initial=initial)))
+        firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+        for g in range(len(firsts) - 1):  # the last group may go on in the next batch
+            if after[g] > self.combined:
+                self.out.append((*(c[firsts[g]] for c in at), self.combined, int(after[g])))
+                self.combined = int(after[g])
+        self.value = ends.tolist()
+        self.reset_heap()
+        self.here = tuple(c[-1] for c in at)
+
+    def events(self, batch: pd.DataFrame) -> None:
+        """Any batch, an event at a time."""
+        width = len(_NAMES)
+        for row in batch.itertuples(index=False):
+            position = tuple(row[:width])
+            if self.here is not None and position != self.here:
+                self.update()
+            self.here = position
+            p = row[width]
+            kind = row[width + 1]
+            if kind == IDLE:
+                self.idle[p] = True
+                continue
+            if kind == REACH:
+                self.value[p] = max(self.value[p], row[width + 2])
+                self.highest = max(self.highest, self.value[p])
+            else:
+                self.idle[p] = False
+            if not self.idle[p]:
+                heapq.heappush(self.active, (self.value[p], p))
 
 
 def _after_each_group(
