@@ -138,9 +138,9 @@ def test_hand_written_scenario_identical_to_the_simulator_and_the_plugin(spark, 
 
 
 def test_two_topics_with_their_own_bounds_without_the_sort(spark, replays, monkeypatch):
-    # The path without the sort over two topics whose B differ: a tick far from one topic's
+    # The strategy without a sort over two topics whose B differ: a tick far from one topic's
     # reach thresholds can be close to the other's, so one topic's records are read again and
-    # the other's not (conformance --first-offsets found the filter raising on the empty list).
+    # the other's not (the filter on the archive's own times then lists no range for one).
     reads = []
     range_minima = reaches_and_drops.range_minima
     monkeypatch.setattr(

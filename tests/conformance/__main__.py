@@ -1,10 +1,10 @@
 """On-demand conformance run: ``python -m tests.conformance [--random N] [--seed S] [--plugin]
-[--idleness] [--first-offsets] [--wall-clock SCALE]``.
+[--idleness] [--unsorted] [--wall-clock SCALE]``.
 
 Replays the hand-written scenarios and N random ones on Flink (one JVM) and compares each with
 the reference simulator and, with ``--plugin``, with the plugin's Spark backfill (a few seconds
 per scenario). ``--idleness`` gives every one-topic MIN scenario an idleness timeout;
-``--first-offsets`` makes every aligned-window scenario one the plugin runs without sorting
+``--unsorted`` makes every aligned-window scenario one the plugin runs without sorting
 (the strategy without a sort).
 ``--wall-clock SCALE`` also replays the processing-time scenarios on a MiniCluster at SCALE wall
 ms per processing-time ms (:mod:`wall_clock`). Prints scenario counts (per window kind x
@@ -39,7 +39,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plugin", action="store_true", help="also compare with Spark backfill")
     parser.add_argument("--idleness", action="store_true", help="add withIdleness(T) to jobs")
-    parser.add_argument("--first-offsets", action="store_true", help="aligned jobs unsorted")
+    parser.add_argument("--unsorted", action="store_true", help="aligned jobs unsorted")
     parser.add_argument("--wall-clock", type=int, metavar="SCALE", help="wall ms per pt ms")
     parser.add_argument("--band", type=int, default=50, help="ambiguity band, wall ms")
     args = parser.parse_args()
@@ -54,7 +54,7 @@ def main() -> int:
             else s
             for s in scenarios
         ]
-    if args.first_offsets:
+    if args.unsorted:
         scenarios = [s if s.job.gap else replace(s, job=unsorted(s.job)) for s in scenarios]
     classpath = build()
     timed = processing_order(scenarios)
