@@ -45,18 +45,18 @@ IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 
 #: The flow's stages, left to right; a column with several boxes is a choice or a fork.
 FLOW = [
-    [("records", "records, archives")],
-    [("processing time", "processing_time")],
-    [("enrichment", "enrichment/")],
-    [("watermarks", "watermarks,\nidleness,\nwatermark_replay")],
+    [("records", "records, archives,\njob_records")],
+    [("plan", "planner")],
     [
-        ("aligned, unsorted", "strategies/\naligned_unsorted/"),
-        ("aligned windows", "windows, triggers,\nwindow_operator"),
-        ("merging windows", "sessions,\nsession_groups,\nmerging_window_set"),
+        ("aligned-unsorted", "strategies/\naligned_unsorted/"),
+        ("aligned-in-order", "processing_time,\nwatermarks,\nwindow_operator"),
+        ("merging", "processing_time,\nwatermarks, sessions"),
     ],
     [("emission log", "emission_log,\nemission_store")],
     [("training sets", "training_join"), ("online store", "online_state,\nfeast_plugin")],
 ]
+#: The column whose boxes take their arithmetic from ``rules``, and the note saying so.
+STRATEGIES_COLUMN, RULES_NOTE = 2, "each takes its arithmetic\nfrom rules (Spark-free)"
 
 
 def draw_flow(out: Path) -> None:
@@ -80,8 +80,10 @@ def draw_flow(out: Path) -> None:
             for x1, y1 in right:
                 ax.annotate("", (x1 - width / 2, y1), (x0 + width / 2, y0),
                             arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 1})
+    ax.text(STRATEGIES_COLUMN * (width + gap) + width / 2, -1.55, RULES_NOTE, ha="center",
+            va="center", fontsize=8, style="italic", color="#3f51b5")
     ax.set_xlim(-0.1, len(FLOW) * (width + gap) - gap + 0.1)
-    ax.set_ylim(-1.6, 1.6)
+    ax.set_ylim(-1.8, 1.6)
     ax.axis("off")
     fig.tight_layout()
     fig.savefig(out)
