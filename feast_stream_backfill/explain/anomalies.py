@@ -42,9 +42,8 @@ from feast_stream_backfill.columns import (
 )
 from feast_stream_backfill.explain.prepared import Prepared, without
 from feast_stream_backfill.explain.samples import WatermarkSamples
+from feast_stream_backfill.strategies.aligned_in_order import AlignedInProcessingOrder
 from feast_stream_backfill.triggers import DROPPED, LATE, ON_TIME, PENDING, PER_RECORD
-from feast_stream_backfill.watermarks import watermark_reaches
-from feast_stream_backfill.window_operator import classify, watermark_targets
 
 FAR_MS = 10 * 60_000
 SILENCE_MS = 5 * 60_000
@@ -99,22 +98,16 @@ def far_records(prepared: Prepared, far_ms: int) -> DataFrame:
 def _judged_counts(prepared: Prepared, end_ms: int) -> tuple[int, int, int]:
     """Dropped and pending (record, window) pairs under the job's own settings, and the pairs
     fired (on time, late or per record) after ``end_ms``."""
-    job = prepared.job
-    targets = watermark_targets(prepared.windowed, job.trigger)
-    reaches = watermark_reaches(prepared.distinct, targets, job.watermark)
+    judged = AlignedInProcessingOrder().judge(prepared.job, prepared.distinct, prepared.windowed)
     status = F.col(STATUS)
     fired_at = F.when(status == ON_TIME, F.col(FIRE_POSITION)["time"]).when(
         status.isin(LATE, PER_RECORD), F.col(POSITION)["time"]
     )
-    row = (
-        classify(prepared.windowed, job.trigger, reaches)
-        .agg(
-            F.sum((status == DROPPED).cast("long")).alias("dropped"),
-            F.sum((status == PENDING).cast("long")).alias("pending"),
-            F.sum(F.coalesce(fired_at > end_ms, F.lit(False)).cast("long")).alias("after"),
-        )
-        .first()
-    )
+    row = judged.classified.agg(
+        F.sum((status == DROPPED).cast("long")).alias("dropped"),
+        F.sum((status == PENDING).cast("long")).alias("pending"),
+        F.sum(F.coalesce(fired_at > end_ms, F.lit(False)).cast("long")).alias("after"),
+    ).first()
     return row["dropped"] or 0, row["pending"] or 0, row["after"] or 0
 
 

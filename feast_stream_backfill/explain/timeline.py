@@ -7,8 +7,8 @@ bar over its window (on time, late, per record) and the dropped records. Below, 
 online store holds over time (the emission log as an upsert sink keeps it) and the value a
 naive event-time join would use (every record of a window, visible from the window's end).
 Firings, records and watermark are the core's own, for this key: the windows are judged by
-:func:`window_operator.classify` against the watermark of every record, so the picture and the
-emission log agree.
+the strategy in processing order (:meth:`AlignedInProcessingOrder.judge`) against the watermark
+of every record, so the picture and the emission log agree.
 """
 
 from __future__ import annotations
@@ -41,13 +41,12 @@ from feast_stream_backfill.columns import (  # noqa: E402
 from feast_stream_backfill.emission_log import emission_log  # noqa: E402
 from feast_stream_backfill.explain.prepared import Prepared  # noqa: E402
 from feast_stream_backfill.explain.samples import WatermarkSamples, span  # noqa: E402
-from feast_stream_backfill.triggers import DROPPED, LATE, ON_TIME, PENDING, PER_RECORD  # noqa: E402
-from feast_stream_backfill.watermarks import watermark_reaches, watermark_timeline  # noqa: E402
-from feast_stream_backfill.window_operator import (  # noqa: E402
-    classify,
-    firings,
-    watermark_targets,
+from feast_stream_backfill.strategies.aligned_in_order import (  # noqa: E402
+    AlignedInProcessingOrder,
 )
+from feast_stream_backfill.triggers import DROPPED, LATE, ON_TIME, PENDING, PER_RECORD  # noqa: E402
+from feast_stream_backfill.watermarks import watermark_timeline  # noqa: E402
+from feast_stream_backfill.window_operator import firings  # noqa: E402
 
 #: Above this many records a key's records are drawn as a 2-D histogram.
 DENSE = 2_000
@@ -94,23 +93,14 @@ def key_timeline(
     start: datetime | None = None,
     end: datetime | None = None,
 ) -> KeyTimeline:
-    """Compute ``key``'s timeline; ``start``/``end`` bound it in processing time."""
+    """Compute ``key``'s timeline; ``start``/``end`` bound it in processing time. The key's
+    (record, window) pairs are judged by the strategy in processing order, the one the
+    backfill's own aligned windows take when they need every record's position."""
     job = prepared.job
-    missing = set(job.keys) - set(key)
-    if missing:
-        raise ValueError(f"timeline: give a value for every key column, missing {sorted(missing)}")
     feature = feature or job.features[0]
-    if feature not in job.features:
-        raise ValueError(f"timeline: {feature!r} is not a feature of the job: {job.features}")
-    condition = F.lit(True)
-    for name in job.keys:
-        condition = condition & (F.col(name) == F.lit(key[name]))
-    mine = prepared.windowed.where(condition)
-    if not mine.limit(1).count():
-        raise ValueError(f"timeline: no record has key {dict(key)}")
-    targets = watermark_targets(mine, job.trigger)
-    reaches = watermark_reaches(prepared.distinct, targets, job.watermark)
-    classified = classify(mine, job.trigger, reaches).cache()
+    mine = _key_windows(prepared, key, feature)
+    judged = AlignedInProcessingOrder().judge(job, prepared.distinct, mine)
+    classified = judged.classified.cache()
     fired = firings(classified, job.trigger, job.keys, job.aggregations, True)
     logged = emission_log(fired, job.keys, job.features, job.operator_delay_ms)
     emissions = logged.select(
@@ -139,26 +129,38 @@ def key_timeline(
         .toPandas()
         .rename(columns={WINDOW_START: "start", WINDOW_END: "end"})
     )
-    naive = (
+    naive = _naive(mine, job)
+    classified.unpersist()
+    watermark = _watermark(prepared, lo, hi)
+    parts = (records, binned, dropped, windows, emissions, naive, watermark)
+    return KeyTimeline(dict(key), feature, *parts, lo, hi)
+
+
+def _key_windows(prepared: Prepared, key: Mapping[str, object], feature: str) -> DataFrame:
+    """The key's (record, window) pairs; the key and the feature checked."""
+    job = prepared.job
+    missing = set(job.keys) - set(key)
+    if missing:
+        raise ValueError(f"timeline: give a value for every key column, missing {sorted(missing)}")
+    if feature not in job.features:
+        raise ValueError(f"timeline: {feature!r} is not a feature of the job: {job.features}")
+    condition = F.lit(True)
+    for name in job.keys:
+        condition = condition & (F.col(name) == F.lit(key[name]))
+    mine = prepared.windowed.where(condition)
+    if not mine.limit(1).count():
+        raise ValueError(f"timeline: no record has key {dict(key)}")
+    return mine
+
+
+def _naive(mine: DataFrame, job) -> pd.DataFrame:
+    """Each window over all its records, visible from its end (an event-time join's view)."""
+    return (
         mine.groupBy(WINDOW_START, WINDOW_END)
         .agg(*[a.expr(None).alias(a.name) for a in job.aggregations])
         .select(F.col(WINDOW_END).alias("visible_at"), *job.features)
         .orderBy("visible_at")
         .toPandas()
-    )
-    classified.unpersist()
-    return KeyTimeline(
-        dict(key),
-        feature,
-        records,
-        binned,
-        dropped,
-        windows,
-        emissions,
-        naive,
-        _watermark(prepared, lo, hi),
-        lo,
-        hi,
     )
 
 

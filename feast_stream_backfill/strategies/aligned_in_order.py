@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from feast_stream_backfill.columns import STATUS
 from feast_stream_backfill.job import StreamJob, long_sums, refusing_overflow
-from feast_stream_backfill.job_records import WindowInput, window_input
+from feast_stream_backfill.job_records import window_input
 from feast_stream_backfill.stages import stage
 from feast_stream_backfill.strategies import Condition, Windowed
 from feast_stream_backfill.watermarks import watermark_reaches
@@ -48,20 +48,20 @@ class AlignedInProcessingOrder:
     def conditions(self, job: StreamJob) -> list[Condition]:
         return [Condition("tumbling or sliding windows", not job.window.merges)]
 
-    def judge(self, job: StreamJob, records: WindowInput) -> Judged:
-        """Assign windows and judge every (record, window) pair: the stages the explain tools
-        share (they judge the same pairs under other watermark settings)."""
-        windowed = job.window.assign(records.windowed)
+    def judge(self, job: StreamJob, distinct: DataFrame, windowed: DataFrame) -> Judged:
+        """Judge every (record, window) pair of ``windowed`` (records with their windows
+        assigned) against the watermark of every record in ``distinct``: the step the explain
+        tools share (they judge the same pairs under other settings, or one key's)."""
         if job.window.domain != "event":
             return Judged(classify(windowed, job.trigger, None), None)
         targets = watermark_targets(windowed, job.trigger)
         with stage("watermark"):
-            reaches = watermark_reaches(records.distinct, targets, job.watermark, job.bounds)
+            reaches = watermark_reaches(distinct, targets, job.watermark, job.bounds)
         return Judged(classify(windowed, job.trigger, reaches), reaches)
 
     def run(self, spark: SparkSession, job: StreamJob) -> Windowed:
         records = window_input(spark, job)
-        judged = self.judge(job, records)
+        judged = self.judge(job, records.distinct, job.window.assign(records.windowed))
         per_status = by_status(judged.classified, job.keys, job.aggregations, job.trigger)
         per_status = per_status.persist(StorageLevel.MEMORY_AND_DISK_DESER)
         event_time = job.window.domain == "event"
