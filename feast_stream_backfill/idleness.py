@@ -5,9 +5,10 @@ The model: docs/concepts/model.md#idleness.
 Flink's ``WatermarksWithIdleness`` checks for idleness only on the periodic timer's ticks
 (``IdlenessTimer.checkIfIdle``): a tick that saw no new record starts the inactivity clock, a
 later tick more than ``T`` after it marks the partition idle, and its next record makes it
-active again. With ticks at multiples of ``I`` this has a closed form: a partition whose last
-record is at ``a`` goes idle at the tick ``ceil_I(a) + I + (floor(T / I) + 1) * I``; one that has
-not produced anything since the job started at ``S``, at ``ceil_I(S) + (floor(T / I) + 1) * I``.
+active again. With ticks at multiples of ``I`` this has a closed form
+(:func:`rules.goes_idle_at`): a partition whose last record is at ``a`` goes idle at the tick
+``ceil_I(a) + I + (floor(T / I) + 1) * I``; one that has not produced anything since the job
+started at ``S``, at ``ceil_I(S) + (floor(T / I) + 1) * I``.
 
 An idle partition breaks the identity "first W >= x = MAX over partitions of when each reaches
 x": it is left out of the MIN, and when every partition is idle Flink 2.3's
@@ -20,6 +21,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.columns import (
     EVENT_AT,
     EVENT_KIND,
@@ -33,14 +35,8 @@ from feast_stream_backfill.columns import (
     WAKES_AT,
 )
 from feast_stream_backfill.processing_order import next_tick, record_position
+from feast_stream_backfill.rules import idle_wait_ms as idle_wait_ms  # aligned_unsorted's idle
 from feast_stream_backfill.watermark_replay import ACTIVE, IDLE
-
-
-def idle_wait_ms(interval_ms: int, timeout_ms: int) -> int:
-    """``(floor(T / I) + 1) * I``: a partition whose last record is at ``a`` goes idle at the
-    tick ``ceil_I(a) + I + idle_wait_ms``; one that has produced nothing since the job started at
-    ``S``, at ``ceil_I(S) + idle_wait_ms``."""
-    return (timeout_ms // interval_ms + 1) * interval_ms
 
 
 def idle_periods(
@@ -62,7 +58,7 @@ def idle_periods(
     day holds 2,880 cells of 30 s) instead of every record. The archive's start and end are
     the cells' extremes: one pass over the records in all.
     """
-    waits = idle_wait_ms(interval_ms, timeout_ms)
+    waits = rules.idle_wait_ms(interval_ms, timeout_ms)
     read_at = F.col(PROCESSING_TIME)
     cell = (read_at - F.pmod(read_at, F.lit(waits))) / waits  # exact: a multiple of waits
     cells = records.groupBy(TOPIC, PARTITION, cell.cast("long").alias("_idle_cell")).agg(
@@ -73,12 +69,16 @@ def idle_periods(
     by_cell = Window.partitionBy(TOPIC, PARTITION).orderBy("_idle_cell")
     every_cell = Window.partitionBy()  # few rows: the archive's start and end
     after_cell = _period(
-        next_tick(F.col("_cell_last_pt"), interval_ms) + interval_ms + waits,
+        rules.goes_idle_at(
+            next_tick(F.col("_cell_last_pt"), interval_ms) + interval_ms, interval_ms, timeout_ms
+        ),
         F.lead(record_position()).over(by_cell),
         F.lead(PROCESSING_TIME).over(by_cell),
     )
     before_first = _period(
-        next_tick(F.min(PROCESSING_TIME).over(every_cell), interval_ms) + waits,
+        rules.goes_idle_at(
+            next_tick(F.min(PROCESSING_TIME).over(every_cell), interval_ms), interval_ms, timeout_ms
+        ),
         record_position(),
         read_at,
     )

@@ -2,10 +2,10 @@
 
 Pure Python, no Spark: :mod:`sessions` streams each key's records through one of these in
 processing order. A record opens ``[t, t + gap)``; every live session it touches
-(``TimeWindow.intersects``: ``start <= other.end and end >= other.start``) merges with it,
-and the trigger's rule (:func:`triggers.on_element`) is applied to the *merged* window, so a
-record that alone would be late can join a live session. A session's timer is where its
-trigger fires it; its state is gone once the watermark (or clock) passes ``maxTs + L``.
+(:func:`rules.intersects`) merges with it, and the model's rules (:func:`rules.on_element`)
+are applied to the *merged* window, so a record that alone would be late can join a live
+session. A session's timer is where its trigger fires it; its state is gone once the
+watermark (or clock) reaches its cleanup time (:func:`rules.cleanup_time`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Function
 from feast_stream_backfill.processing_order import LONG_MIN, RECORD, Position
-from feast_stream_backfill.triggers import (
-    DROPPED,
-    ON_TIME,
-    PENDING,
-    STATUSES,
-    WAITING,
-    Trigger,
-    on_element,
-)
+from feast_stream_backfill.triggers import ON_TIME, PENDING, STATUSES, Trigger
 
 
 class WatermarkTimeline:
@@ -86,7 +79,8 @@ class WatermarkTimeline:
         return int(self.values[i - 1]) if i else -math.inf
 
     def first_reaching(self, target: int) -> Position | None:
-        """Where the watermark first reaches ``target`` (None: not before the archive ends)."""
+        """Where the watermark first reaches ``target`` (None: not before the archive ends): the
+        first change with :func:`rules.reached` (the values never decrease)."""
         i = int(np.searchsorted(self.values, target, "left"))
         return self.position(i) if i < len(self) else None
 
@@ -172,7 +166,8 @@ END = Position(math.inf, 0, "", 0, 0)  # type: ignore[arg-type]
 
 
 class ProcessingClock:
-    """Processing time's clock: a timer for ``maxTs`` fires at ``maxTs + 1``, always."""
+    """Processing time's clock: a timer for ``maxTs`` always fires (at
+    :func:`rules.clock_fires_at`)."""
 
     def before(self, at: Position) -> float:
         return -math.inf
@@ -228,7 +223,9 @@ class MergingWindowSet:
 
     def merge(self, start: int, end: int) -> tuple[int, int, list[Session]]:
         """The window ``[start, end)`` merged with every live session it touches."""
-        touching = [s for s in self.sessions.values() if s.start <= end and s.end >= start]
+        touching = [
+            s for s in self.sessions.values() if rules.intersects(s.start, s.end, start, end)
+        ]
         for s in touching:
             start, end = min(start, s.start), max(end, s.end)
         return start, end, touching
@@ -236,13 +233,16 @@ class MergingWindowSet:
     def add(self, time: int, values: Sequence[Any], at: Position) -> str:
         """A record (its window time, aggregated values and position): its outcome."""
         self.due(at)
-        start, end, touching = self.merge(time, time + self.gap)
-        max_ts = end - 1
+        start, end, touching = self.merge(time, rules.session_end(time, self.gap))
+        max_ts = rules.max_timestamp(end)
         watermark = self.watermark.before(at)
-        outcome = on_element(self.trigger, max_ts + self.lateness <= watermark, max_ts <= watermark)
-        if outcome == DROPPED:
+        closed = rules.state_gone(watermark, max_ts, self.lateness)
+        outcome = rules.on_element(
+            self.trigger, closed, rules.past_max_timestamp(watermark, max_ts)
+        )
+        if outcome == rules.DROPPED:
             self.dropped[time] = self.dropped.get(time, 0) + 1
-            self.counts[DROPPED] += 1
+            self.counts[rules.DROPPED] += 1
             return outcome
         if len(touching) == 1:  # the common case: a record extends one session
             merged = self.sessions.pop(touching[0].start)
@@ -252,14 +252,16 @@ class MergingWindowSet:
                 merged.absorb(self.sessions.pop(s.start), self.functions)
         if merged.cleanup is None or merged.end != end or merged.start != start:
             merged.start, merged.end = start, end
-            merged.cleanup = self.watermark.first_reaching(max_ts + self.lateness)
+            merged.cleanup = self.watermark.first_reaching(
+                rules.cleanup_time(max_ts, self.lateness)
+            )
         merged.records += 1
         merged.accumulators = [
             a if v is None else f.add(a, v)
             for f, a, v in zip(self.functions, merged.accumulators, values, strict=True)
         ]
         self.sessions[start] = merged
-        if outcome == WAITING:
+        if outcome == rules.WAITING:
             merged.waiting += 1
             reached = merged.cleanup if not self.lateness else None
             merged.timer = reached or self.watermark.first_reaching(max_ts)

@@ -23,6 +23,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.columns import OFFSET, PARTITION, PROCESSING_TIME, TOPIC
 
 CLOCK, RECORD, TICK = -1, 0, 1
@@ -58,9 +59,9 @@ class Position(NamedTuple):
 
     @classmethod
     def clock(cls, max_ts: int) -> Position:
-        """A processing-time timer for ``maxTs``: fired at ``maxTs + 1``
-        (``ProcessingTimeServiceUtil.getProcessingTimeDelay``), before that ms's records."""
-        return cls(max_ts + 1, CLOCK, "", 0, 0)
+        """A processing-time timer for ``maxTs``: fired at :func:`rules.clock_fires_at`, before
+        that millisecond's records."""
+        return cls(rules.clock_fires_at(max_ts), CLOCK, "", 0, 0)
 
 
 def _struct(time: Column, phase: int, topic: Column, partition: Column, offset: Column) -> Column:
@@ -93,7 +94,7 @@ def tick_position(time: Column) -> Column:
 
 def clock_position(max_ts: Column) -> Column:
     """A processing-time timer for ``maxTs``, as :meth:`Position.clock`."""
-    return _moment(max_ts + 1, CLOCK)
+    return _moment(rules.clock_fires_at(max_ts), CLOCK)
 
 
 def next_tick(time: Column, interval_ms: int) -> Column:

@@ -8,13 +8,14 @@ its event time. Closed form, with ``i`` the record's rank among distinct offsets
 
     pt_i = max(pt_{i-1} + D1, et_i + D2) = D2 + i*D1 + max_{j<=i}(et_j - j*D1)
 
-a running max: a prefix scan. Ranks, not offsets, because compacted and transactional topics
-have offset gaps; with ``D1 = 0`` (the default) ranks drop out and are not computed. The scan
-runs over offset ranges in parallel, so that a topic with few huge partitions keeps every core
-busy and no task holds a whole partition: each range is sorted once (its local ranks and
-maxima); a small table of per-range totals (distinct offsets, highest event time) gives each
-range, by a prefix over the ranges before it, its rank base and the maxima before it; the two
-combine into the partition-wide values. The same sorted pass flags the records that raise
+a running max (a prefix scan), which :func:`rules.read_at` turns into the time the record is
+read. Ranks, not offsets, because compacted and transactional topics have offset gaps; with
+``D1 = 0`` (the default) ranks drop out and are not computed. The scan runs over offset ranges
+in parallel, so that a topic with few huge partitions keeps every core busy and no task holds
+a whole partition: each range is sorted once (its local ranks and maxima); a small table of
+per-range totals (distinct offsets, highest event time) gives each range, by a prefix over the
+ranges before it, its rank base and the maxima before it; the two combine into the
+partition-wide values. The same sorted pass flags the records that raise
 their partition's highest event time: the only ones that move its watermark
 (:mod:`watermarks`), so that stage reads a few records instead of sorting them all again.
 """
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.columns import (
     CONFLICT,
     DUPLICATE,
@@ -96,13 +98,14 @@ def with_processing_time(
     highest_before = F.greatest("_prior_highest", "_local_before")
     rises = highest_before.isNull() | (F.col(EVENT_TIME) > highest_before)
     shifted = F.greatest("_prior_shifted", _shifted_max("_local_shifted", gap))
-    read_at = shifted + (F.col("_base") + F.col("_local_rank")) * gap if gap else shifted
+    # the highest event time so far, each pushed D1 per record since (rules.read_at)
+    highest = shifted + (F.col("_base") + F.col("_local_rank")) * gap if gap else shifted
     return joined.select(
         *records.columns,
         DUPLICATE,
         (F.col(DUPLICATE) & (F.col("_previous_hash") != F.col("_hash"))).alias(CONFLICT),
         (~F.col(DUPLICATE) & rises).alias(RISES),
-        (read_at + model.min_delay_ms).alias(PROCESSING_TIME),
+        rules.read_at(highest, model.min_delay_ms).alias(PROCESSING_TIME),
     )
 
 

@@ -1,13 +1,21 @@
 """The model's rules, each stated once (docs/concepts/model.md).
 
-Every strategy takes its arithmetic from here. The functions know nothing of Spark: they work
-on Python integers and booleans (the session replay, the tests), on numpy arrays (the
-vectorized session classifier) and on Spark Columns (the aligned strategies) alike, through
-arithmetic, comparisons and :func:`choose`.
+The strategies take their arithmetic from here, as ``rules.NAME(...)``: substitute a rule
+here and they follow it (tests/test_rules_followed.py), in the driver and in Spark's Python
+workers alike (:func:`following`). The functions know nothing of Spark: they work on
+Python integers and booleans (the session replay, the tests), on numpy arrays (the vectorized
+session classifier) and on Spark Columns (the aligned strategies) alike, through arithmetic,
+comparisons and :func:`choose`. Each names the Flink class or method it follows. What is not
+arithmetic stays with its machinery: the global processing order and the periodic ticks
+(:mod:`processing_order`), the window assigners (:mod:`windows`), the triggers' firings
+(:mod:`triggers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from inspect import isfunction
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -16,8 +24,9 @@ T = TypeVar("T")
 
 
 def read_at(highest_event_time: T, min_delay_ms: int) -> T:
-    """With D1 = 0 a record is read ``D2`` after the highest event time its partition has
-    shown up to it (itself included): ``pt = max(et_j, j <= i) + D2``
+    """A record is read ``D2`` after the highest event time its partition has shown up to it
+    (itself included), each pushed ``D1`` later per record since:
+    ``pt_i = D2 + max over j <= i of (et_j + (i - j) * D1)``; with D1 = 0, ``max(et_j) + D2``
     (docs/concepts/model.md#records-and-processing-time)."""
     return highest_event_time + min_delay_ms
 
@@ -50,6 +59,28 @@ def target_of_threshold(threshold: T, bound_ms: int) -> T:
     return threshold - bound_ms - 1
 
 
+def reached(watermark: T, time: T) -> Any:
+    """The watermark has reached ``time``: ``InternalTimerServiceImpl.advanceWatermark`` fires
+    the timers with ``timestamp <= watermark``, and ``WindowOperator.isWindowLate`` and
+    ``EventTimeTrigger.onElement`` compare the same way."""
+    return watermark >= time
+
+
+def idle_wait_ms(interval_ms: int, timeout_ms: int) -> int:
+    """``WatermarksWithIdleness``: ``IdlenessTimer.checkIfIdle`` runs on the periodic ticks
+    only, so a partition goes idle ``(floor(T / I) + 1) * I`` after the tick that starts its
+    inactivity clock: the first tick more than ``T`` after it
+    (docs/concepts/model.md#idleness)."""
+    return (timeout_ms // interval_ms + 1) * interval_ms
+
+
+def goes_idle_at(quiet_from: T, interval_ms: int, timeout_ms: int) -> T:
+    """The tick at which a partition goes idle, its inactivity clock started on the tick
+    ``quiet_from``: the first tick that saw nothing new from it (the one after its last
+    record's tick; the job's first tick, for a partition without any record yet)."""
+    return quiet_from + idle_wait_ms(interval_ms, timeout_ms)
+
+
 # ---------------------------------------------------------------------- windows and triggers
 
 
@@ -60,9 +91,23 @@ def max_timestamp(window_end: T) -> T:
 
 
 def session_end(highest_time: T, gap_ms: int) -> T:
-    """A session's end: its latest record's time plus the gap (each record's own window is
-    ``[t, t + gap)``; touching windows merge)."""
+    """A session's end: its latest record's time plus the gap (``EventTimeSessionWindows``
+    gives each record its own window ``[t, t + gap)``; touching windows merge)."""
     return highest_time + gap_ms
+
+
+def intersects(start: T, end: T, other_start: T, other_end: T) -> Any:
+    """``TimeWindow.intersects``: windows that merely touch merge, ``start <= other.end`` and
+    ``end >= other.start`` (``MergingWindowSet.addWindow``)."""
+    return (start <= other_end) & (end >= other_start)
+
+
+def session_max_timestamp(highest_time: T, gap_ms: int) -> T:
+    """:func:`max_timestamp` of the session whose latest record is at ``highest_time``. The
+    offset from that record is computed on Python integers and added once: an int64 array of
+    times (``LONG_MIN`` where a row has none) takes one addition, whose result alone could
+    leave the long's range."""
+    return highest_time + max_timestamp(session_end(0, gap_ms))
 
 
 def cleanup_time(max_ts: T, lateness_ms: int) -> T:
@@ -71,22 +116,35 @@ def cleanup_time(max_ts: T, lateness_ms: int) -> T:
     return max_ts + lateness_ms
 
 
+def session_cleanup_time(highest_time: T, gap_ms: int, lateness_ms: int) -> T:
+    """:func:`cleanup_time` of the session whose latest record is at ``highest_time``,
+    ``highest + (gap - 1 + L)``: the offset added once, as :func:`session_max_timestamp`."""
+    return highest_time + cleanup_time(max_timestamp(session_end(0, gap_ms)), lateness_ms)
+
+
 def state_gone(watermark: T, max_ts: T, lateness_ms: int) -> Any:
     """``WindowOperator.isWindowLate``: the watermark has reached the window's cleanup time, so
     a record for it is dropped."""
-    return watermark >= cleanup_time(max_ts, lateness_ms)
+    return reached(watermark, cleanup_time(max_ts, lateness_ms))
 
 
 def past_max_timestamp(watermark: T, max_ts: T) -> Any:
     """The watermark has reached ``maxTs``: ``EventTimeTrigger.onElement`` fires at once (a
     late record), and its timer for ``maxTs`` has fired."""
-    return watermark >= max_ts
+    return reached(watermark, max_ts)
 
 
 def clock_fires_at(max_ts: T) -> T:
     """A processing-time timer for ``maxTs`` fires at ``maxTs + 1``: Flink's timer service
-    fires a timer once the clock is past it."""
+    fires a timer once the clock is past it (``ProcessingTimeServiceUtil
+    .getProcessingTimeDelay``), before that millisecond's records."""
     return max_ts + 1
+
+
+def clock_watermark(time: T) -> T:
+    """The processing-time clock as a watermark: a record read at ``time`` comes after the
+    timers of every ``maxTs`` up to this (:func:`clock_fires_at` inverted)."""
+    return time - 1
 
 
 class TriggerRule(Protocol):
@@ -96,6 +154,8 @@ class TriggerRule(Protocol):
     on_element: tuple[str | None, str | None]
 
 
+#: What ``WindowOperator.processElement`` does with a record for one window, besides the
+#: firings its trigger causes at once (:mod:`triggers` names those and what a wait ends in).
 DROPPED, WAITING = "dropped", "waiting"
 
 
@@ -122,3 +182,34 @@ def on_element(trigger: TriggerRule, closed: Any, late: Any, waiting: Any = WAIT
     (docs/concepts/model.md#triggers-and-lateness)."""
     before, after = trigger.on_element
     return choose(closed, DROPPED, choose(late, after or waiting, before or waiting))
+
+
+# ------------------------------------------------------------------------ rules in every process
+
+#: Every rule as this module states it.
+STATED: dict[str, Callable[..., Any]] = {
+    name: rule
+    for name, rule in dict(globals()).items()
+    if isfunction(rule) and rule.__module__ == __name__
+}
+
+
+def substituted() -> dict[str, Callable[..., Any]]:
+    """The rules this process applies in place of those stated here: none, unless one is
+    varied (the tests vary rules to see every strategy follow)."""
+    in_force = globals()
+    return {name: in_force[name] for name, rule in STATED.items() if in_force[name] is not rule}
+
+
+@contextmanager
+def following(substitutes: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """Apply ``substitutes`` (the driver's :func:`substituted`) here while the block runs.
+    Spark's Python workers import this module afresh: a task that applies rules there (the
+    session replay) carries the driver's, so that every part of a job follows the same
+    rules."""
+    before = {name: globals()[name] for name in substitutes}
+    globals().update(substitutes)
+    try:
+        yield
+    finally:
+        globals().update(before)

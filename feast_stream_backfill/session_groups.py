@@ -20,7 +20,9 @@ session is a group of consecutive accepted records that fires once with all of t
 the watermark (or clock) reaches its ``maxTs``, or, per record, with the records so far. This
 module finds such stretches (:func:`classify`) and computes their firings with segmented
 numpy operations; :mod:`sessions` replays the others. Rows are one chunk of whole keys,
-sorted by key and processing order; ``W`` is the watermark each record sees.
+sorted by key and processing order; ``W`` is the watermark each record sees. The arithmetic
+of every comparison above is the model's (:mod:`rules`: a session's end, ``maxTs`` and
+cleanup time from its latest record's time).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.processing_order import LONG_MIN
 
 LONG_MAX = (1 << 63) - 1
@@ -120,12 +123,13 @@ def stretches(
     key_starts: np.ndarray, time: np.ndarray, watermark: np.ndarray, gap: int, lateness: int
 ) -> np.ndarray:
     """Per row: does it start a stretch of its key that begins with no state? That is when
-    every earlier record's own window, and so every session it was in, is gone
-    (``W >= highest + gap - 1 + L``): what follows is computed as if the key were new, so one
-    record that needs the replay takes only its stretch there, not a skewed key's history."""
+    every earlier record's own window, and so every session it was in, is gone (the watermark
+    has reached :func:`rules.session_cleanup_time` of their highest time): what follows is
+    computed as if the key were new, so one record that needs the replay takes only its
+    stretch there, not a skewed key's history."""
     key = np.cumsum(key_starts) - 1
     highest = _before("cummax", time, key, key_starts, LONG_MIN)
-    return key_starts | (watermark >= highest + (gap - 1 + lateness))
+    return key_starts | rules.reached(watermark, rules.session_cleanup_time(highest, gap, lateness))
 
 
 def classify(
@@ -134,41 +138,50 @@ def classify(
     watermark: np.ndarray,
     gap: int,
     lateness: int,
-    live_until: int,
+    timer: bool,
 ) -> Classified:
-    """The module's rules, row by row, in stretches beginning at ``starts``: ``live_until``
-    is how long a session accepts joiners after its ``maxTs`` (0 with a timer, which fires it
-    then; per record, the lateness)."""
+    """The module's rules, row by row, in stretches beginning at ``starts``. ``timer``: the
+    trigger's timer fires a session when the watermark reaches its ``maxTs``, and it takes no
+    joiner after; without a timer (per record) a session takes joiners until its state is
+    gone."""
     t, w = time, watermark
     stretch = np.cumsum(starts) - 1
 
-    def after(highest: np.ndarray) -> np.ndarray:  # the state of highest's window is gone
-        return w >= highest + (gap - 1 + lateness)
+    def gone(highest: np.ndarray) -> np.ndarray:  # the state of highest's window is gone
+        return rules.reached(w, rules.session_cleanup_time(highest, gap, lateness))
 
-    closed = after(t)
+    def taking(highest: np.ndarray) -> np.ndarray:  # highest's session still takes joiners
+        if timer:
+            return ~rules.reached(w, rules.session_max_timestamp(highest, gap))
+        return ~gone(highest)
+
+    closed = gone(t)
     highest_any = _before("cummax", t, stretch, starts, LONG_MIN)
-    dropped = closed & (starts | after(highest_any))
+    dropped = closed & (starts | gone(highest_any))
     highest = _before("cummax", np.where(dropped, LONG_MIN, t), stretch, starts, LONG_MIN)
     none = highest == LONG_MIN
-    opens = ~dropped & (none | (t > highest + gap) | ((t > highest) & after(highest)))
+    beyond = t > rules.session_end(highest, gap)  # touches no earlier accepted record's window
+    opens = ~dropped & (none | beyond | ((t > highest) & gone(highest)))
     new_session = opens | starts
     session = np.cumsum(new_session) - 1
     first = _first_of_segment(new_session)
-    has_floor = ~none & ~after(highest)
-    floor = np.where(has_floor, highest + gap, 0)[first]
+    has_floor = ~none & ~gone(highest)
+    floor = np.where(has_floor, rules.session_end(highest, gap), 0)[first]
     floor_null = ~has_floor[first]
-    behind = ~opens & closed & ~new_session & (floor_null | (w >= floor - 1 + lateness))
+    floor_gone = rules.state_gone(w, rules.max_timestamp(floor), lateness)
+    behind = ~opens & closed & ~new_session & (floor_null | floor_gone)
+    ends = rules.session_end(t, gap)
     for _ in range(MAX_PASSES):
         # dropped for certain only so far: the open session's lowest counts too many records
         lowest = _before("cummin", np.where(dropped, LONG_MAX, t), session, new_session, LONG_MAX)
-        more = dropped | (behind & (t + gap < lowest))
+        more = dropped | (behind & (ends < lowest))
         if (more == dropped).all():
             break
         dropped = more
     else:
         lowest = _before("cummin", np.where(dropped, LONG_MAX, t), session, new_session, LONG_MAX)
-    joins = (t >= lowest - gap) & (floor_null | (t > floor)) & (w < highest + gap - 1 + live_until)
-    ok = dropped | np.where(opens, t + gap - 1 + live_until > w, joins)
+    joins = (ends >= lowest) & (floor_null | (t > floor)) & taking(highest)
+    ok = dropped | np.where(opens, taking(t), joins)
     simple = np.logical_and.reduceat(ok, np.flatnonzero(starts))[stretch]
     return Classified(simple, dropped, session)
 

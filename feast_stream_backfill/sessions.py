@@ -6,9 +6,10 @@ chunk at a time, against the combined watermark's timeline (:func:`watermarks.
 watermark_timeline`, broadcast as numpy columns: one row per change). Stretches of keys
 whose merges are simple (:mod:`session_groups`: nearly all) are computed by segmented numpy
 operations; the others stream through one merging window set per key
-(:mod:`merging_window_set`, where the rules live). Firings come out with their positions,
-so nothing is joined back to the records. The output (firings, dropped records, status
-counts) is cached: it is read three times.
+(:mod:`merging_window_set`). Both take the model's arithmetic from :mod:`rules`, in Spark's
+Python workers as the driver has it (:func:`rules.following`). Firings come out with their
+positions, so nothing is joined back to the records. The output (firings, dropped records,
+status counts) is cached: it is read three times.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
     FIRE_POSITION,
@@ -106,9 +108,11 @@ def session_firings(
     types = records.select(*keys, *columns).schema
     schema = _output_schema(types, len(keys), aggregations)
     replay = _Replay(len(keys), columns, aggregations, window.gap_ms, trigger, lateness, types)
+    substituted = rules.substituted()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return replay(batches, timeline.value if timeline else ProcessingClock())
+        with rules.following(substituted):
+            yield from replay(batches, timeline.value if timeline else ProcessingClock())
 
     out = (
         records.select(
@@ -248,13 +252,11 @@ class _Replay:
         partition, offset = partition.to_numpy(), offset.to_numpy()
         if isinstance(clock, WatermarkTimeline):
             watermark = clock.before_each(pt, topic, partition, offset)
-        else:  # the clock: a timer for maxTs fires before the records at maxTs + 1
-            watermark = pt - 1
+        else:  # the clock: a timer for maxTs fires before the records read after maxTs
+            watermark = rules.clock_watermark(pt)
         timer = self.trigger.timer is not None
         stretch = stretches(starts, t, watermark, self.gap, self.lateness)
-        found = classify(
-            stretch, t, watermark, self.gap, self.lateness, 0 if timer else self.lateness
-        )
+        found = classify(stretch, t, watermark, self.gap, self.lateness, timer)
         values = [
             (a.function, Column.from_arrow(chunk.column(w + 5 + self.columns.index(a.column))))
             for a in self.aggregations
@@ -299,7 +301,7 @@ class _Replay:
             {
                 _ROW: "dropped",
                 WINDOW_START: time[first],
-                WINDOW_END: time[first] + self.gap,
+                WINDOW_END: rules.session_end(time[first], self.gap),
                 _COUNT: n,
             },
             chunk.select(range(self.width)).take(rows[first]),
@@ -311,9 +313,10 @@ class _Replay:
         first = np.flatnonzero(np.r_[True, session[rows][1:] != session[rows][:-1]])
         records = np.diff(np.r_[first, len(rows)])
         start = np.minimum.reduceat(t[rows], first)
-        end = np.maximum.reduceat(t[rows], first) + self.gap
+        end = rules.session_end(np.maximum.reduceat(t[rows], first), self.gap)
+        max_ts = rules.max_timestamp(end)
         if isinstance(clock, WatermarkTimeline):
-            reached, change = clock.first_reaching_each(end - 1)
+            reached, change = clock.first_reaching_each(max_ts)
         else:
             reached = np.ones(len(first), dtype=bool)
         counts[ON_TIME] += int(records[reached].sum())
@@ -322,7 +325,7 @@ class _Replay:
         if isinstance(clock, WatermarkTimeline):
             at = clock.columns(change[fired])
         else:
-            at = (end[fired], CLOCK, "", 0, 0)  # fired at maxTs + 1
+            at = (rules.clock_fires_at(max_ts[fired]), CLOCK, "", 0, 0)
         columns = {
             _ROW: "firing",
             WINDOW_START: start[fired],
@@ -345,7 +348,7 @@ class _Replay:
         columns = {
             _ROW: "firing",
             WINDOW_START: running("cummin", t[rows], groups),
-            WINDOW_END: running("cummax", t[rows], groups) + self.gap,
+            WINDOW_END: rules.session_end(running("cummax", t[rows], groups), self.gap),
             FIRED_BY_RECORD: True,
             "firing": PER_RECORD,
             "record_count": running("cumsum", np.ones(len(rows), dtype=np.int64), groups),
@@ -371,9 +374,8 @@ class _Replay:
                 at = (f.start, f.end, *f.at, f.by_record, f.label, f.record_count, None)
                 rows.append((*key, "firing", *at, *f.values))
             for time, n in sessions.dropped.items():
-                rows.append(
-                    (*key, "dropped", time, time + gap, *nowhere, None, None, None, n, *no_values)
-                )
+                end = rules.session_end(time, gap)
+                rows.append((*key, "dropped", time, end, *nowhere, None, None, None, n, *no_values))
             for status, n in sessions.counts.items():
                 counts[status] += n
 

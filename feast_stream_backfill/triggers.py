@@ -1,4 +1,4 @@
-"""When does a window fire? Each trigger's rule, stated once.
+"""When does a window fire? The triggers, and what becomes of a record for a window.
 
 The model: docs/concepts/model.md#triggers-and-lateness.
 
@@ -15,25 +15,25 @@ timer (``onEventTime``/``onProcessingTime``), which fires the window later:
 - :class:`PerRecordTrigger` (``CountTrigger.of(1)``): every accepted record fires at once
   (PER_RECORD); no timer.
 
-:func:`on_element` applies a trigger's rule to Python booleans (the session replay) or to
-Spark columns (aligned windows): the rule exists once. A WAITING record ends ON_TIME if its
-window's timer fires before the archive ends, else PENDING (a live job would still wait).
+A trigger states its ``onElement`` as data; :func:`rules.on_element` applies it, with the
+cleanup and lateness rules, to Python booleans (the session replay) and to Spark columns
+(aligned windows) alike. A WAITING record ends ON_TIME if its window's timer fires before the
+archive ends, else PENDING (a live job would still wait).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import ClassVar
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from feast_stream_backfill.rules import DROPPED
 
-ON_TIME, LATE, PER_RECORD, DROPPED, PENDING = "on_time", "late", "per_record", "dropped", "pending"
+#: The firings (a timer's, a late record's, a record's under ``CountTrigger.of(1)``), and a
+#: wait the archive ends before the timer fires.
+ON_TIME, LATE, PER_RECORD, PENDING = "on_time", "late", "per_record", "pending"
+#: What becomes of a (record, window) pair, as the backfill's stats count them.
 STATUSES = (ON_TIME, LATE, PER_RECORD, DROPPED, PENDING)
-WAITING = "waiting"  # until the trigger's timer: ends ON_TIME or PENDING
 WATERMARK, CLOCK = "watermark", "clock"  # what a trigger's timer waits for
-
-Outcome = TypeVar("Outcome", str, Column)
 
 
 def _check_lateness(lateness: int) -> None:
@@ -83,22 +83,6 @@ class PerRecordTrigger:
 
 
 Trigger = EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger
-
-
-def _if(condition: bool | Column, then: Outcome, otherwise: Outcome) -> Outcome:
-    if isinstance(condition, Column):
-        return F.when(condition, then).otherwise(otherwise)
-    return then if condition else otherwise
-
-
-def on_element(
-    trigger: Trigger, closed: bool | Column, late: bool | Column, waiting: Outcome = WAITING
-) -> Outcome:
-    """What one record does to one window: DROPPED (``closed``: the window's state is gone),
-    the firing it causes at once, or ``waiting`` (WAITING, or what the wait ends in where the
-    caller knows it). ``late``: the watermark has passed ``maxTs``."""
-    before, after = trigger.on_element
-    return _if(closed, DROPPED, _if(late, after or waiting, before or waiting))
 
 
 def fires_by_record(trigger: Trigger, event_time: bool) -> bool:

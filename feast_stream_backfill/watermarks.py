@@ -29,6 +29,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.columns import (
     EVENT_AT,
     EVENT_KIND,
@@ -151,7 +152,7 @@ def watermark_reaches(
     )
     partitions = rising.select(TOPIC, PARTITION).distinct()
     n_partitions = partitions.count() if strategy.combine == "min" else 0
-    threshold = F.col(TARGET) + bound_of_topic(strategy, bounds) + 1
+    threshold = rules.reach_threshold(F.col(TARGET), bound_of_topic(strategy, bounds))
     sweep = rising.select(
         TOPIC,
         PARTITION,
@@ -212,7 +213,8 @@ def _first_rises(
         levels = [0]
     first, last = levels[0], levels[-1]
     step = math.gcd(*(level - first for level in levels)) or 1
-    above_first = F.col(EVENT_TIME) - bound_of_topic(strategy, bounds) - 1 - first
+    watermark = rules.partition_watermark(F.col(EVENT_TIME), bound_of_topic(strategy, bounds))
+    above_first = watermark - first
     cells = ((above_first - F.pmod(above_first, F.lit(step))) / step).cast("long")  # exact
     cell = F.least(F.greatest(cells, F.lit(-1)), F.lit((last - first) // step))
     first_in_cell = (
@@ -294,7 +296,7 @@ def watermark_timeline(
     the watermark from there on. At most one row per tick in periodic mode (one per record
     that raises it, on-event)."""
     interval = strategy.interval_ms
-    value = F.col(EVENT_TIME) - bound_of_topic(strategy, bounds) - 1
+    value = rules.partition_watermark(F.col(EVENT_TIME), bound_of_topic(strategy, bounds))
     if strategy.emission == "on_event":
         at = F.col(POSITION)
     else:

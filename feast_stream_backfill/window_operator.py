@@ -1,12 +1,13 @@
 """Aligned windows (tumbling, sliding) fired in closed form: Flink's ``WindowOperator``.
 
 An aligned window's extent is known from a record alone, so every (record, window) pair is
-judged at once with the trigger's rule (:func:`triggers.on_element`): "has the watermark
-passed ``maxTs`` (``maxTs + L``) before this record?" is one comparison of the record's
-position with the first watermark position reaching it (:func:`watermarks.watermark_reaches`,
-broadcast: one row per target). One ``groupBy`` per window and status gives the timers'
-firings, the dropped records and the status counts at once; firings caused by records (late,
-per record) carry a running aggregate per window, ordered by position.
+judged at once with the model's rules (:func:`rules.on_element`): "has the watermark reached
+the window's ``maxTs`` (its cleanup time, :func:`rules.cleanup_time`) before this record?" is
+one comparison of the record's position with the first watermark position reaching it
+(:func:`watermarks.watermark_reaches`, broadcast: one row per target). One ``groupBy`` per
+window and status gives the timers' firings, the dropped records and the status counts at
+once; firings caused by records (late, per record) carry a running aggregate per window,
+ordered by position.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Aggregation, Over
 from feast_stream_backfill.columns import (
     FIRE_POSITION,
@@ -38,7 +40,6 @@ from feast_stream_backfill.triggers import (
     WATERMARK,
     Trigger,
     fires_by_record,
-    on_element,
 )
 from feast_stream_backfill.windows import max_timestamp
 
@@ -51,22 +52,22 @@ def _tells_late(trigger: Trigger) -> bool:
 
 
 def watermark_targets(windowed: DataFrame, trigger: Trigger) -> DataFrame:
-    """The watermark values the trigger waits for: each window's cleanup time ``maxTs + L``
-    and, where it matters, its ``maxTs``."""
+    """The watermark values the trigger waits for: each window's cleanup time and, where it
+    matters, its ``maxTs``."""
     lateness = trigger.allowed_lateness_ms
-    wanted = [max_timestamp() + lateness]
+    wanted = [rules.cleanup_time(max_timestamp(), lateness)]
     if lateness and _tells_late(trigger):
         wanted.append(max_timestamp())
     return windowed.select(F.explode(F.array(*wanted)).alias(TARGET)).distinct()
 
 
 def _with_first_watermark(
-    windowed: DataFrame, reaches: DataFrame, lateness: int, name: str
+    windowed: DataFrame, reaches: DataFrame, target: Column, name: str
 ) -> DataFrame:
-    """Add ``name``: the position of the first watermark ``>= maxTs + lateness`` (null: not
-    before the archive ends); a broadcast join, one row per target."""
-    reached = reaches.select((F.col(TARGET) - lateness).alias("_ts"), F.col(POSITION).alias(name))
-    return windowed.join(F.broadcast(reached), max_timestamp() == F.col("_ts"), "left").drop("_ts")
+    """Add ``name``: the position of the first watermark reaching the window's ``target``
+    (null: not before the archive ends); a broadcast join, one row per target."""
+    reached = reaches.select(F.col(TARGET).alias("_ts"), F.col(POSITION).alias(name))
+    return windowed.join(F.broadcast(reached), target == F.col("_ts"), "left").drop("_ts")
 
 
 def passed(reached: str) -> Column:
@@ -82,16 +83,17 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
         closed: bool | Column = False
         late: bool | Column = False
         timer: Column = clock_position(max_timestamp())
-    else:
+    else:  # rules.state_gone and rules.past_max_timestamp, as positions
         lateness = trigger.allowed_lateness_ms
-        windowed = _with_first_watermark(windowed, reaches, lateness, _REACHES_CLEANUP)
+        cleanup = rules.cleanup_time(max_timestamp(), lateness)
+        windowed = _with_first_watermark(windowed, reaches, cleanup, _REACHES_CLEANUP)
         closed, late = passed(_REACHES_CLEANUP), False  # not closed: not late when L = 0
         timer = F.col(_REACHES_CLEANUP)
         if lateness and _tells_late(trigger):
-            windowed = _with_first_watermark(windowed, reaches, 0, _REACHES_MAX_TS)
+            windowed = _with_first_watermark(windowed, reaches, max_timestamp(), _REACHES_MAX_TS)
             late, timer = passed(_REACHES_MAX_TS), F.col(_REACHES_MAX_TS)
     waiting = F.when(timer.isNull(), PENDING).otherwise(ON_TIME)
-    status = F.lit(on_element(trigger, closed, late, waiting))
+    status = F.lit(rules.on_element(trigger, closed, late, waiting))
     return windowed.withColumn(STATUS, status).withColumn(FIRE_POSITION, timer)
 
 

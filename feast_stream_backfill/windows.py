@@ -15,13 +15,15 @@ from typing import ClassVar, Literal
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from feast_stream_backfill import rules
 from feast_stream_backfill.columns import EVENT_TIME, PROCESSING_TIME, WINDOW_END, WINDOW_START
 
 Domain = Literal["event", "processing"]
 
 
 def max_timestamp() -> Column:
-    return F.col(WINDOW_END) - 1
+    """The window's ``maxTs`` (:func:`rules.max_timestamp`), from its ``_window_end``."""
+    return rules.max_timestamp(F.col(WINDOW_END))
 
 
 def pane_start(window: TumblingWindows | SlidingWindows) -> Column:

@@ -15,13 +15,12 @@ from feast_stream_backfill.merging_window_set import (
     WatermarkTimeline,
 )
 from feast_stream_backfill.processing_order import Position
+from feast_stream_backfill.rules import DROPPED, WAITING
 from feast_stream_backfill.triggers import (
-    DROPPED,
     LATE,
     ON_TIME,
     PENDING,
     PER_RECORD,
-    WAITING,
     EventTimeTrigger,
     PerRecordTrigger,
     ProcessingTimeTrigger,

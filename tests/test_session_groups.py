@@ -5,7 +5,7 @@ archives (values chosen to break a careless sum: fractions, 1e16, -0.0, NaN, inf
 integers past 2^53).
 
 Rows are one key's records in processing order; ``W`` the watermark each sees; gap 10, no
-lateness, a timer (``live_until`` 0) unless a test says otherwise.
+lateness, a timer unless a test says otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _classify(times: list[int], watermarks: list[int], lateness: int = 0):
     starts = np.zeros(len(times), dtype=bool)
     starts[0] = True
     t, w = np.array(times), np.array(watermarks)
-    return classify(starts, t, w, GAP, lateness, 0)
+    return classify(starts, t, w, GAP, lateness, timer=True)
 
 
 def test_records_in_order_join_then_open_a_session_a_gap_away():

@@ -3,9 +3,9 @@
 The general strategy for aligned windows: every record gets its processing time and
 position (:mod:`feast_stream_backfill.processing_time`), the watermark's first position
 reaching each window's targets is found (:func:`watermarks.watermark_reaches`), and every
-(record, window) pair is judged at once by the trigger's rule
-(:mod:`feast_stream_backfill.window_operator`). Any trigger, lateness, D1, watermark emission,
-enrichment and either time domain.
+(record, window) pair is judged at once (:mod:`feast_stream_backfill.window_operator`), each
+step with the model's rules (:mod:`feast_stream_backfill.rules`). Any trigger, lateness, D1,
+watermark emission, enrichment and either time domain.
 """
 
 from __future__ import annotations

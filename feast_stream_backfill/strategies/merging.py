@@ -1,6 +1,6 @@
 """Session windows: merged per key as records arrive, replayed in processing order
 (:mod:`feast_stream_backfill.sessions`), against the watermark's timeline (event time) or the
-clock (processing time)."""
+clock (processing time), with the model's rules (:mod:`feast_stream_backfill.rules`)."""
 
 from __future__ import annotations
 
