@@ -34,9 +34,3 @@ def test_no_internal_column_name_is_written_in_two_modules():
 def test_registered_names_are_spelled_only_in_the_registry():
     spelled = {n: sorted(m - {"columns.py"}) for n, m in _literals().items() if n in REGISTRY}
     assert {n: m for n, m in spelled.items() if m} == {}
-
-
-def test_sessions_state_no_trigger_rule_of_their_own():
-    for module in ("sessions.py", "merging_window_set.py"):
-        source = (PACKAGE / module).read_text()
-        assert "isinstance(trigger" not in source and "getattr(trigger" not in source
