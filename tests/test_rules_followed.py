@@ -149,12 +149,7 @@ ACCEPTING = {
     WITH_LATENESS: ["aligned-in-order", "merging"],
     PROCESSING_TIME: ["aligned-in-order", "merging"],
 }
-NOT_YET = pytest.mark.xfail(strict=True, reason="aligned-unsorted adopts rules.py in its package")
-CASES = [
-    pytest.param(v, s, id=f"{v.name}-{s}", marks=[NOT_YET] if s == "aligned-unsorted" else [])
-    for v in VARIANTS
-    for s in ACCEPTING[v.job]
-]
+CASES = [pytest.param(v, s, id=f"{v.name}-{s}") for v in VARIANTS for s in ACCEPTING[v.job]]
 
 _logs: dict[tuple, tuple] = {}
 
