@@ -139,9 +139,12 @@ def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) 
     )
 
 
-def spark_backfill(spark: SparkSession, records: list[Record], job: Job):
-    """(emissions, dropped) in the simulator's shape: what the conformance harness compares."""
-    result = run_backfill(spark, records, job)
+def spark_backfill(
+    spark: SparkSession, records: list[Record], job: Job, strategy: str | None = None
+):
+    """(emissions, dropped) in the simulator's shape, by ``strategy`` (the plan's first by
+    default): what the conformance harness compares."""
+    result = run_backfill(spark, records, job, strategy)
     log = collect_log(result)
     result.release()
     return log
