@@ -35,7 +35,6 @@ from feast_stream_backfill.columns import (
     WAKES_AT,
 )
 from feast_stream_backfill.processing_order import next_tick, record_position
-from feast_stream_backfill.rules import idle_wait_ms as idle_wait_ms  # aligned_unsorted's idle
 from feast_stream_backfill.watermark_replay import ACTIVE, IDLE
 
 

@@ -2,7 +2,7 @@
 
 A partition's records are read at ``D2 +`` its running max of event time. Where that jumps
 from ``m`` to ``m'``, the partition goes idle at ``ceil_I(D2 + m) + I + wait``
-(:func:`idleness.idle_wait_ms`) if that comes before ``D2 + m'``, when the record at ``m'``
+(:func:`rules.idle_wait_ms`) if that comes before ``D2 + m'``, when the record at ``m'``
 wakes it: never where ``m' - m <= I + wait``. A jump is at most the rise of the running max
 over the block of 64 offsets it falls in, so only the blocks rising more can hold one: their
 records alone are read again, in offset order from the running max before the block. Before a
@@ -28,7 +28,6 @@ from feast_stream_backfill.columns import (
     TOPIC,
     WAKES_AT,
 )
-from feast_stream_backfill.idleness import idle_wait_ms
 from feast_stream_backfill.processing_order import next_tick, record_position
 from feast_stream_backfill.strategies import StrategyDeclined
 from feast_stream_backfill.strategies.aligned_unsorted.offsets import BLOCK, HIGHEST
@@ -49,7 +48,7 @@ _RISEN, _LAST_BLOCK = "_risen", "_last_block"
 @dataclass(frozen=True)
 class _Idling:
     """When a partition goes idle, for the job's ticks every ``interval_ms``, its wait
-    (:func:`idleness.idle_wait_ms`) and D2."""
+    (:func:`rules.idle_wait_ms`) and D2."""
 
     interval_ms: int
     wait_ms: int
@@ -90,7 +89,7 @@ def idle_periods(
     """:func:`idleness.idle_periods` with D1 = 0, without sorting the records. ``grouped``:
     :func:`offsets.group_records` with ``highest``. Raises :class:`StrategyDeclined` where
     more than :data:`MAX_BLOCKS_READ_AGAIN` blocks would be read again."""
-    wait = idle_wait_ms(interval_ms, timeout_ms)
+    wait = rules.idle_wait_ms(interval_ms, timeout_ms)
     idling = _Idling(interval_ms, wait, delay_ms)
     blocks = _blocks_rising(grouped, interval_ms + wait, len(partitions))
     at_ends = _at_the_ends(records.sparkSession, blocks, idling)
