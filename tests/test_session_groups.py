@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from feast_stream_backfill import sessions
 from feast_stream_backfill.aggregations import FUNCTIONS, Aggregation
 from feast_stream_backfill.columns import WINDOW_END, WINDOW_START
 from feast_stream_backfill.merging_window_set import ProcessingClock, WatermarkTimeline
@@ -31,6 +30,7 @@ from feast_stream_backfill.session_groups import (
     running,
     stretches,
 )
+from feast_stream_backfill.session_replay import SessionReplay
 from feast_stream_backfill.triggers import (
     EventTimeTrigger,
     PerRecordTrigger,
@@ -285,16 +285,12 @@ def test_the_numpy_path_equals_the_replay_of_every_record(archive):
         else ProcessingClock()
     )
     results = []
-    default_rows, sessions.CHUNK_ROWS = sessions.CHUNK_ROWS, chunk_rows
-    try:
-        for vectorised in (True, False):
-            replay = sessions._Replay(
-                1, ["v"], aggregations, GAP, trigger, lateness, types, vectorised
-            )
-            try:
-                results.append(_outputs(replay(iter(table.to_batches(3)), clock)))
-            except ArithmeticError as error:  # a long's overflow: raised on both paths
-                results.append(type(error))
-    finally:
-        sessions.CHUNK_ROWS = default_rows
+    for vectorised in (True, False):
+        replay = SessionReplay(
+            1, ["v"], aggregations, GAP, trigger, lateness, types, vectorised, chunk_rows
+        )
+        try:
+            results.append(_outputs(replay(iter(table.to_batches(3)), clock)))
+        except ArithmeticError as error:  # a long's overflow: raised on both paths
+            results.append(type(error))
     assert results[0] == results[1]
