@@ -47,11 +47,11 @@ _RISEN, _LAST_BLOCK = "_risen", "_last_block"
 
 @dataclass(frozen=True)
 class _Idling:
-    """When a partition goes idle, for the job's ticks every ``interval_ms``, its wait
-    (:func:`rules.idle_wait_ms`) and D2."""
+    """When a partition goes idle (:func:`rules.goes_idle_at`), for the job's ticks every
+    ``interval_ms``, its idle timeout and D2."""
 
     interval_ms: int
-    wait_ms: int
+    timeout_ms: int
     delay_ms: int
 
     def tick(self, time: int) -> int:
@@ -61,9 +61,15 @@ class _Idling:
     def read_at(self, highest_event_time: int) -> int:
         return rules.read_at(highest_event_time, self.delay_ms)
 
+    def idle_from(self, quiet_from: int) -> int:
+        """Where a partition goes idle, its inactivity clock started on the tick
+        ``quiet_from``."""
+        return rules.goes_idle_at(quiet_from, self.interval_ms, self.timeout_ms)
+
     def idle_after(self, read_at: int) -> int:
-        """Where a partition goes idle after a record read at ``read_at``, if none follows."""
-        return self.tick(read_at) + self.interval_ms + self.wait_ms
+        """Where a partition goes idle after a record read at ``read_at``, if none follows:
+        its clock starts on the tick after the record's."""
+        return self.idle_from(self.tick(read_at) + self.interval_ms)
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ def idle_periods(
     :func:`offsets.group_records` with ``highest``. Raises :class:`StrategyDeclined` where
     more than :data:`MAX_BLOCKS_READ_AGAIN` blocks would be read again."""
     wait = rules.idle_wait_ms(interval_ms, timeout_ms)
-    idling = _Idling(interval_ms, wait, delay_ms)
+    idling = _Idling(interval_ms, timeout_ms, delay_ms)
     blocks = _blocks_rising(grouped, interval_ms + wait, len(partitions))
     at_ends = _at_the_ends(records.sparkSession, blocks, idling)
     rising = [
@@ -116,7 +122,7 @@ def _at_the_ends(spark: SparkSession, blocks: Sequence[Row], idling: _Idling) ->
     }
     start = idling.tick(idling.read_at(min(block[EVENT_TIME] for block in firsts)))
     end = idling.tick(idling.read_at(max(lasts.values())))
-    from_start = start + idling.wait_ms  # idle from the job's start
+    from_start = idling.idle_from(start)  # idle from the job's start
     periods = [  # idle before its first record, which wakes it
         _AtAnEnd(b[TOPIC], b[PARTITION], b[OFFSET], idling.read_at(b[EVENT_TIME]), from_start)
         for b in firsts
@@ -151,8 +157,9 @@ def _within_blocks(
     so_far = F.max(EVENT_TIME).over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
     highest = F.greatest(so_far, F.col(_BEFORE))  # null before a partition's first record
     interval = idling.interval_ms
-    went_idle = next_tick(rules.read_at(highest, idling.delay_ms), interval) + interval
-    went_idle = went_idle + idling.wait_ms
+    went_idle = idling.idle_from(
+        next_tick(rules.read_at(highest, idling.delay_ms), interval) + interval
+    )
     # where it raises the running max, a record is read at its own event time + D2; where it
     # does not, it wakes nothing (went_idle is later than that)
     timed = again.withColumn(PROCESSING_TIME, rules.read_at(F.col(EVENT_TIME), idling.delay_ms))
