@@ -160,7 +160,7 @@ class Context:
     def load(self, view_name: str):
         """``(store, view, prepared, spark)`` for the view."""
         from feast_stream_backfill.explain.prepared import prepare
-        from feast_stream_backfill.feast_plugin.offline_store import spark_for
+        from feast_stream_backfill.feast_plugin.view_rows import spark_for
 
         store, view, job = self.job(view_name)
         spark = spark_for(store.config)

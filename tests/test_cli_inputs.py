@@ -16,7 +16,7 @@ from feast import FeatureStore
 
 from feast_stream_backfill.cli import cli
 from feast_stream_backfill.explain.predictions import PredictionsTable
-from feast_stream_backfill.feast_plugin.offline_store import _entity_frame
+from feast_stream_backfill.feast_plugin.entity_rows import entity_frame
 from tests.test_explain_cli import monkeypatch_module, repo  # noqa: F401  (fixtures)
 
 POINTS = pd.DataFrame(
@@ -139,7 +139,7 @@ def test_a_nanosecond_entity_df_reaches_spark_in_microseconds_without_a_warning(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        row = _entity_frame(spark, entity_df).first()
+        row = entity_frame(spark, entity_df).first()
     assert row.event_timestamp.replace(tzinfo=timezone.utc) == datetime(
         2026, 1, 1, 10, 5, 30, 123456, tzinfo=timezone.utc
     )

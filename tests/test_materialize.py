@@ -44,7 +44,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin.compute_engine import _write_partition
-from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 from tests.bulk_repo import write_bulk_archive
 from tests.conftest import _free_port
 

@@ -55,10 +55,8 @@ from feast.types import Float64, Int64, String
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
-from feast_stream_backfill.feast_plugin.offline_store import (
-    StreamBackfillOfflineStore,
-    emissions_for,
-)
+from feast_stream_backfill.feast_plugin.offline_store import StreamBackfillOfflineStore
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 from tests.conftest import feature_store_yaml
 
 

@@ -24,9 +24,9 @@ from feast import RepoConfig
 from feast.types import String
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from feast_stream_backfill.feast_plugin.offline_store import emissions_for
 from feast_stream_backfill.feast_plugin.online_writer import OnlineStoreWriteError
 from feast_stream_backfill.feast_plugin.redis_writer import RedisBatchWriter
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 from tests.bulk_repo import END, START, make_repo
 from tests.conftest import _free_port
 from tests.test_faults import dump, store_on

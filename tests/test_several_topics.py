@@ -60,7 +60,7 @@ from feast_stream_backfill.feast_plugin import (
     stream_job,
     topics_tags,
 )
-from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 from tests.conftest import feature_store_yaml
 from tests.test_apply_checks import problems, repo_config, stream_view, write_archive
 

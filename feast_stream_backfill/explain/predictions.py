@@ -49,10 +49,10 @@ class PredictionsTable:
 
     def read(self, spark: SparkSession) -> DataFrame:
         """Parquet as the offline store reads it (pandas' nanosecond timestamps too)."""
-        from feast_stream_backfill.feast_plugin.offline_store import _read_parquet
+        from feast_stream_backfill.feast_plugin.view_rows import read_parquet_source
 
         if self.format == "parquet":
-            return _read_parquet(spark, self.path, f"--predictions {self.path}")
+            return read_parquet_source(spark, self.path, f"--predictions {self.path}")
         reader = spark.read.format(self.format)
         if self.format == "csv":
             reader = reader.option("header", True).option("inferSchema", True)

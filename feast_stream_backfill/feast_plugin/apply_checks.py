@@ -38,7 +38,6 @@ from feast_stream_backfill.feast_plugin.definitions import (
     stream_job,
     unsupported,
 )
-from feast_stream_backfill.feast_plugin.offline_store import spark_for
 from feast_stream_backfill.feast_plugin.topics import (
     TOPIC,
     TOPIC_OPTIONS,
@@ -47,6 +46,7 @@ from feast_stream_backfill.feast_plugin.topics import (
     topic_name,
 )
 from feast_stream_backfill.feast_plugin.transformations import view_udf
+from feast_stream_backfill.feast_plugin.view_rows import spark_for
 from feast_stream_backfill.records import ArchivedTopic
 
 #: The option tags :func:`stream_job` reads with a default, and all it reads (with the optional

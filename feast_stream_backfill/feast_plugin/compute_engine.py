@@ -52,10 +52,6 @@ from feast_stream_backfill.feast_plugin.emission_cleanup import (
     remove_project_logs,
     remove_view_logs,
 )
-from feast_stream_backfill.feast_plugin.offline_store import (
-    emissions_for,
-    latest_rows,
-)
 from feast_stream_backfill.feast_plugin.online_writer import (
     LiveCounts,
     Progress,
@@ -74,6 +70,7 @@ from feast_stream_backfill.feast_plugin.redis_writer import (
     connection_kwargs,
     supports,
 )
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for, latest_rows
 from feast_stream_backfill.online_state import state_at
 
 

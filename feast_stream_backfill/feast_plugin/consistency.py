@@ -23,7 +23,7 @@ from feast import FeatureStore
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin.definitions import feature_names
-from feast_stream_backfill.feast_plugin.offline_store import emissions_for
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 
 
 def _same(a: Any, b: Any) -> bool:

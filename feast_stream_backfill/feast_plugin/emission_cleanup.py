@@ -16,7 +16,7 @@ from pathlib import Path
 from feast.repo_config import RepoConfig
 
 from feast_stream_backfill.emission_store import dropped_path
-from feast_stream_backfill.feast_plugin.offline_store import project_logs, spark_for
+from feast_stream_backfill.feast_plugin.view_rows import project_logs, spark_for
 
 
 def remove_view_logs(config: RepoConfig, project: str, views: Iterable[str]) -> None:

@@ -22,12 +22,8 @@ which is what Feast's online store held at t if each row was written when it was
 
 from __future__ import annotations
 
-import os
 import uuid
-import warnings
-from dataclasses import dataclass
 from datetime import datetime
-from functools import reduce
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +32,7 @@ import pyarrow as pa
 import pyarrow.dataset
 import pyarrow.fs
 import pyarrow.parquet
-from feast import FeatureView, FileSource, OnDemandFeatureView, StreamFeatureView
+from feast import FeatureView, OnDemandFeatureView
 from feast.data_format import DeltaFormat, ParquetFormat
 from feast.errors import SavedDatasetLocationAlreadyExists
 from feast.feature_logging import LoggingConfig, LoggingSource
@@ -53,28 +49,29 @@ from feast.repo_config import FeastConfigBaseModel, RepoConfig
 from feast.saved_dataset import SavedDatasetStorage
 from feast.utils import compute_non_entity_date_range
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import TimestampNTZType, TimestampType
+from pyspark.sql.types import TimestampNTZType
 
-from feast_stream_backfill.emission_store import ensure_emission_log
-from feast_stream_backfill.errors import BadArchiveError
-from feast_stream_backfill.feast_plugin.definitions import (
-    check_supported,
-    is_windowed,
-    resolve_path,
-    stream_job,
+from feast_stream_backfill.feast_plugin.definitions import check_supported, resolve_path
+from feast_stream_backfill.feast_plugin.entity_rows import (
+    ENTITY_ROW,
+    date_range_spine,
+    entity_frame,
+    timestamp_column,
 )
-from feast_stream_backfill.feast_plugin.transformations import record_transform
-from feast_stream_backfill.files import read_parquet
-from feast_stream_backfill.jars import JarsUnavailableError
+from feast_stream_backfill.feast_plugin.view_rows import (
+    ViewRows,
+    file_kind,
+    read_file_source,
+    spark_for,
+    view_rows,
+)
 from feast_stream_backfill.online_state import state_at
-from feast_stream_backfill.spark import default_driver_memory, delta_jars, get_spark
 from feast_stream_backfill.training_join import as_of_join
 
-_ROW, _VISIBLE, _LATEST = "_fsb_row", "_fsb_visible", "_fsb_latest"
-_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+_VISIBLE, _LATEST = "_fsb_visible", "_fsb_latest"
 
 
 class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
@@ -86,162 +83,7 @@ class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
     spark_conf: dict[str, str] | None = None
 
 
-def _delta_jars_at_jvm_launch() -> None:
-    """Put Delta's jars (and the default driver memory) on the command line of the first Spark
-    JVM this process launches, whoever launches it: Feast launches one, bare, whenever it builds
-    a ``StreamFeatureView`` with a ``mode="spark"`` udf (its ``SparkTransformation``; in
-    ``feast materialize``, reading the registry), before this plugin asks for a session, and a
-    JVM's classpath and heap are fixed at launch. A ``PYSPARK_SUBMIT_ARGS`` of the user's wins.
-    Jars that cannot be had (offline) are left to :func:`get_spark`, whose error then stands on
-    its own rather than inside Feast's traceback of importing this module."""
-    try:
-        jars = delta_jars()
-    except JarsUnavailableError:
-        return
-    if jars and "PYSPARK_SUBMIT_ARGS" not in os.environ:
-        memory = default_driver_memory()
-        os.environ["PYSPARK_SUBMIT_ARGS"] = (
-            f"--jars {','.join(jars)} --driver-memory {memory} pyspark-shell"
-        )
-
-
-_delta_jars_at_jvm_launch()
-
-
-def spark_for(config: RepoConfig) -> SparkSession:
-    """The plugin's Spark session. An active session without Delta Lake's extension (Feast's
-    bare one, above) is stopped and a new one started in the same JVM from ``spark_conf``:
-    session extensions and the master are fixed when a session starts."""
-    active = SparkSession.getActiveSession()
-    if active is not None and _DELTA_EXTENSION not in active.conf.get("spark.sql.extensions", ""):
-        warnings.warn(
-            "stopping the active Spark session: it has no Delta Lake extension (Feast starts "
-            "such a session when it loads a stream feature view with a mode='spark' udf); "
-            "feast-stream-backfill starts its own from spark_conf in the same JVM",
-            stacklevel=2,
-        )
-        active.stop()
-    return get_spark(config.offline_store.spark_conf)
-
-
-def project_logs(config: RepoConfig, project: str) -> str | None:
-    """Where the project's emission logs are (one per view, ``<this>/<view>``); None when the
-    offline store keeps none."""
-    root = getattr(config.offline_store, "emission_log_path", None)
-    if root is None:
-        return None
-    return f"{resolve_path(root, config.repo_path).rstrip('/')}/{project}"
-
-
-def emissions_for(config: RepoConfig, view: StreamFeatureView) -> DataFrame:
-    """The view's emission log, backfilled first when missing or stale."""
-    path = f"{project_logs(config, config.project)}/{view.name}"
-    return ensure_emission_log(spark_for(config), stream_job(view, config.repo_path), path)
-
-
-def _file_kind(source: Any, where: str) -> str:
-    if not isinstance(source, FileSource) or not isinstance(
-        source.file_format, DeltaFormat | ParquetFormat
-    ):
-        raise ValueError(
-            f"{where}: this store reads FileSources in Delta or parquet format, got "
-            f"{type(source).__name__} {getattr(source, 'file_format', None)!r}"
-        )
-    return "delta" if isinstance(source.file_format, DeltaFormat) else "parquet"
-
-
-def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
-    """A Delta or parquet ``FileSource`` as Spark reads it, source column names unchanged."""
-    kind = _file_kind(source, where)
-    path = resolve_path(source.path, config.repo_path)
-    spark = spark_for(config)
-    return (
-        _read_parquet(spark, path, where)
-        if kind == "parquet"
-        else spark.read.format(kind).load(path)
-    )
-
-
-def _read_parquet(spark: SparkSession, path: str, where: str) -> DataFrame:
-    """Parquet as pandas writes it by default too (nanosecond timestamps, which Spark refuses;
-    :func:`~feast_stream_backfill.files.read_parquet`), naive times read as UTC as Feast
-    reads them."""
-    try:
-        return read_parquet(spark, path, naive_as_utc=True)
-    except BadArchiveError as exc:
-        raise ValueError(f"{where}: {exc}") from exc
-
-
-def join_keys(view: FeatureView) -> list[str]:
-    """The view's join keys as projected; Feast's ``__dummy_id`` for an entityless view."""
-    projected = view.projection.join_key_map
-    return [projected.get(e.name, e.name) for e in view.entity_columns] or [DUMMY_ENTITY_ID]
-
-
-def batch_rows(config: RepoConfig, view: FeatureView) -> DataFrame:
-    """The rows Feast's batch rule reads for a view that is not windowed: its batch source,
-    a stream view's udf applied to them as stored, renamed by ``field_mapping``; an entityless
-    view's rows get Feast's ``__dummy_id``."""
-    source = view.batch_source
-    where = f"feature view {view.name!r} (source {source.path!r})"
-    frame = read_file_source(config, source, where)
-    if isinstance(view, StreamFeatureView):
-        transform = record_transform(view, [source.timestamp_field], where)
-        frame = frame if transform is None else transform.apply(frame)
-    mapping = source.field_mapping or {}
-    frame = frame.toDF(*[mapping.get(c, c) for c in frame.columns])
-    if DUMMY_ENTITY_ID in join_keys(view) and DUMMY_ENTITY_ID not in frame.columns:
-        frame = frame.withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
-    return frame
-
-
-def latest_rows(config: RepoConfig, view: FeatureView, start: datetime, end: datetime) -> DataFrame:
-    """Feast's materialization of a view that is not windowed: per key, its latest row with
-    event time in ``[start, end]`` (the created timestamp breaks ties; null loses)."""
-    source = view.batch_source
-    return state_at(
-        batch_rows(config, view),
-        join_keys(view),
-        end,
-        start,
-        time=source.timestamp_field,
-        sequence=source.created_timestamp_column or None,
-    )
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """A view's rows with its join-key column names: emissions or batch feature rows."""
-
-    frame: DataFrame
-    keys: list[str]
-    time: str
-    created: str | None
-    streaming: bool
-
-
-def _view_rows(config: RepoConfig, view: FeatureView, features: list[str]) -> _Rows:
-    projected = view.projection.join_key_map
-    keys = join_keys(view)
-    if is_windowed(view):
-        frame, time, created = emissions_for(config, view), "emit_time", None
-        where = f"stream feature view {view.name!r} (its emission log)"
-    else:
-        source = view.batch_source
-        frame = batch_rows(config, view)
-        time, created = source.timestamp_field, source.created_timestamp_column or None
-        where = f"feature view {view.name!r} (source {source.path!r}, after field_mapping)"
-    frame = frame.toDF(*[projected.get(c, c) for c in frame.columns])
-    missing = [c for c in [*keys, time, created, *features] if c and c not in frame.columns]
-    if missing:
-        raise ValueError(f"{where}: no column {missing}; it has {frame.columns}")
-    for column in (time, created):
-        if column and not isinstance(frame.schema[column].dataType, TimestampType):
-            frame = frame.withColumn(column, F.col(column).cast("timestamp"))
-    return _Rows(frame, keys, time, created, is_windowed(view))
-
-
-def _created_by_then(rows: _Rows, features: list[str]) -> tuple[DataFrame, list[str]]:
+def _created_by_then(rows: ViewRows, features: list[str]) -> tuple[DataFrame, list[str]]:
     """``filter_by_created_timestamp`` as an as-of join: a row counts from ``max(time,
     created)`` on, and the value at t is the latest by (time, created) of the rows counting by
     t, a running maximum in that order (peers at one instant together)."""
@@ -259,59 +101,6 @@ def _created_by_then(rows: _Rows, features: list[str]) -> tuple[DataFrame, list[
         .select(*rows.keys, _VISIBLE, "_fsb_max.*")
     )
     return frame, [*features, _LATEST]
-
-
-def _entity_frame(spark: SparkSession, entity_df: pd.DataFrame | str | DataFrame) -> DataFrame:
-    if isinstance(entity_df, DataFrame):
-        return entity_df.withColumn(_ROW, F.monotonically_increasing_id())
-    if isinstance(entity_df, str):
-        return spark.sql(entity_df).withColumn(_ROW, F.monotonically_increasing_id())
-    if isinstance(entity_df, pd.DataFrame):
-        rows = _in_microseconds(entity_df).assign(**{_ROW: range(len(entity_df))})
-        return spark.createDataFrame(rows)
-    raise TypeError(
-        f"entity_df must be a pandas DataFrame, a Spark DataFrame or SQL, got {type(entity_df)}"
-    )
-
-
-def _in_microseconds(entity_df: pd.DataFrame) -> pd.DataFrame:
-    """The entity_df with its datetime columns in microseconds, floored. Spark timestamps are
-    microseconds: given pandas' default nanoseconds, ``createDataFrame``'s Arrow conversion
-    fails on any instant with sub-microsecond digits, and Spark warns and falls back to
-    converting row by row. Flooring keeps an entity row's time at or before the one asked."""
-    stamps = [
-        c
-        for c, kind in entity_df.dtypes.items()
-        if pd.api.types.is_datetime64_any_dtype(kind) and getattr(kind, "unit", "us") != "us"
-    ]
-    if not stamps:
-        return entity_df
-    return entity_df.assign(**{c: entity_df[c].dt.floor("us").dt.as_unit("us") for c in stamps})
-
-
-def _timestamp_column(df: DataFrame) -> str:
-    if DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL in df.columns:
-        return DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL
-    stamps = [f.name for f in df.schema if isinstance(f.dataType, TimestampType | TimestampNTZType)]
-    if len(stamps) != 1:
-        raise ValueError(
-            f"entity_df needs an '{DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL}' column or exactly one "
-            f"timestamp column; it has {df.columns}"
-        )
-    return stamps[0]
-
-
-def _date_range_spine(views: list[_Rows], start: datetime, end: datetime, ts: str) -> DataFrame:
-    """Feast's date-range mode: every ``(key, instant)`` at which a view's value changed in
-    ``[start, end]`` (an emission, or a batch row's event time), once."""
-    spines = [
-        rows.frame.where(F.col(rows.time).between(F.lit(start), F.lit(end))).select(
-            *rows.keys, F.col(rows.time).alias(ts)
-        )
-        for rows in views
-    ]
-    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), spines)
-    return union.distinct()
 
 
 def _spark_format(fmt: Any, where: str) -> str:
@@ -342,14 +131,14 @@ class StreamBackfillRetrievalJob(RetrievalJob):
         self._entity, self._timestamp = entity, timestamp
 
     def to_spark_df(self) -> DataFrame:
-        return self._df.drop(_ROW)
+        return self._df.drop(ENTITY_ROW)
 
     def _to_df_internal(self, timeout: int | None = None) -> pd.DataFrame:
         return self._to_arrow_internal(timeout).to_pandas()
 
     def _to_arrow_internal(self, timeout: int | None = None) -> pa.Table:
         ordered = self._df.orderBy(*self._order) if self._order else self._df
-        return ordered.drop(_ROW).toArrow()
+        return ordered.drop(ENTITY_ROW).toArrow()
 
     @property
     def full_feature_names(self) -> bool:
@@ -431,19 +220,19 @@ class StreamBackfillOfflineStore(OfflineStore):
         for view in feature_views:
             prefix = view.projection.name_to_use()
             wanted = [r.split(":", 1)[1] for r in feature_refs if r.split(":", 1)[0] == prefix]
-            views.append((view, prefix, wanted, _view_rows(config, view, wanted)))
+            views.append((view, prefix, wanted, view_rows(config, view, wanted)))
         if entity_df is None:
             ts = DEFAULT_ENTITY_DF_EVENT_TIMESTAMP_COL
-            entity = _date_range_spine([rows for *_, rows in views], start, end, ts)
+            entity = date_range_spine([rows for *_, rows in views], start, end, ts)
             keys = [c for c in entity.columns if c not in (ts, DUMMY_ENTITY_ID)]
             order, metadata = [ts, *keys], RetrievalMetadata(feature_refs, keys, start, end)
         else:
-            entity = _entity_frame(spark, entity_df)
-            ts = _timestamp_column(entity)
+            entity = entity_frame(spark, entity_df)
+            ts = timestamp_column(entity)
             if isinstance(entity.schema[ts].dataType, TimestampNTZType):
                 entity = entity.withColumn(ts, F.col(ts).cast("timestamp"))
-            keys = [c for c in entity.columns if c not in (ts, _ROW)]
-            order, metadata = [_ROW], RetrievalMetadata(feature_refs, keys)
+            keys = [c for c in entity.columns if c not in (ts, ENTITY_ROW)]
+            order, metadata = [ENTITY_ROW], RetrievalMetadata(feature_refs, keys)
         entityless = any(DUMMY_ENTITY_ID in rows.keys for *_, rows in views)
         if entityless and DUMMY_ENTITY_ID not in entity.columns:
             entity = entity.withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
@@ -558,7 +347,7 @@ class StreamBackfillOfflineStore(OfflineStore):
                 f"columns {existing.columns}"
             )
         path = resolve_path(source.path, config.repo_path)
-        if _file_kind(source, where) == "delta":
+        if file_kind(source, where) == "delta":
             rows = spark_for(config).createDataFrame(table)
             rows = rows.select(*[F.col(f.name).cast(f.dataType) for f in existing.schema])
             rows.write.format("delta").mode("append").save(path)
@@ -610,7 +399,7 @@ def _append_parquet(path: str, table: pa.Table) -> None:
 
 def _as_of(
     result: DataFrame,
-    rows: _Rows,
+    rows: ViewRows,
     ts: str,
     wanted: list[str],
     names: list[str],
