@@ -19,6 +19,16 @@ from feast_stream_backfill.spark import DEFAULT_CONF, get_spark
 os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf")
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """How many cases each strategy was checked against the simulator on, when any were."""
+    import sys
+
+    differential = sys.modules.get("tests.test_differential")
+    if differential is not None and differential.CHECKED:
+        cases = ", ".join(f"{name} {n}" for name, n in sorted(differential.CHECKED.items()))
+        terminalreporter.write_line(f"differential cases per strategy: {cases}")
+
+
 #: Two cores: a task per core (more partitions of a few rows each only add tasks).
 SHUFFLE_PARTITIONS = "2"
 

@@ -26,6 +26,7 @@ import itertools
 import math
 import os
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
@@ -183,6 +184,10 @@ def expected_stats(records: list[Record], counts: Mapping[str, int]) -> dict[str
     }
 
 
+#: Cases each strategy was checked on in this run (the terminal summary prints them).
+CHECKED: Counter[str] = Counter()
+
+
 def check(spark: SparkSession, records: list[Record], job: Job, **options) -> list[tuple]:
     """The plugin's emissions, drops and status counts by every strategy that accepts the job
     (``options``: :func:`stream_job`'s) equal the simulator's; returns the simulator's
@@ -197,6 +202,7 @@ def check(spark: SparkSession, records: list[Record], job: Job, **options) -> li
         assert normalized(actual) == normalized(map(with_mean_and_count, emissions)), strategy
         assert actual_dropped == dropped, strategy
         assert {k: stats.get(k) for k in expected} == expected, strategy
+        CHECKED[strategy.name] += 1
     return emissions
 
 
