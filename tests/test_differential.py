@@ -561,6 +561,22 @@ def test_spark_backfill_equals_reference_simulator(spark, records, job, base):
     check(spark, shifted(records, base), modelled(job, records))
 
 
+#: Session jobs with every other option drawn as in ``jobs``: a third of those reach the
+#: merging strategy, so this test gives it as many cases as the aligned ones get.
+session_jobs = st.tuples(jobs, st.sampled_from([15, 60])).map(
+    lambda drawn: replace(drawn[0], gap=drawn[1])
+)
+
+
+@given(records=archives(), job=session_jobs, base=st.sampled_from([0, REALISTIC]))
+def test_merging_backfill_equals_reference_simulator(spark, records, job, base):
+    """Session windows (the only strategy that merges windows) equal the simulator."""
+    assume(records)
+    records, job = shifted(records, base), modelled(job, records)
+    assert plan(stream_job(spark, records, job)).strategy.name == "merging"
+    check(spark, records, job)
+
+
 #: The jobs the strategy without a sort accepts: aligned event-time windows, the default trigger
 #: without lateness, periodic watermarks, D1 = 0; with idleness, those whose archive has no
 #: idle partition run without the sort, the others with it.
