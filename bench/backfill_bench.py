@@ -31,6 +31,7 @@ from pathlib import Path
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from bench import flink_replay
 from examples.generate import generate_archive
 from feast_stream_backfill import (
     Aggregation,
@@ -200,6 +201,11 @@ def main() -> None:
         "--master", help="Spark master, e.g. the URL scripts/spark_cluster.sh start prints"
     )
     parser.add_argument("--executor-memory", default="3g", help="with --master")
+    parser.add_argument(
+        "--flink",
+        action="store_true",
+        help="also replay each job through real Apache Flink (bench/flink_replay.py)",
+    )
     parser.add_argument("--tmp", help="where the archives are written (default: a temp dir)")
     args = parser.parse_args()
     cluster = {"spark.master": args.master, "spark.executor.memory": args.executor_memory}
@@ -212,16 +218,31 @@ def main() -> None:
     kinds = list(KINDS) if "all" in args.kinds else args.kinds
     print(
         f"{'records':>10} {'parts':>5} {'job':<18} {'plugin s':>9} {'records/s':>10} "
-        f"{'floor s':>8} {'ratio':>6} {'kind floor s':>12} {'ratio':>6}  stages (s)"
+        f"{'floor s':>8} {'ratio':>6} {'kind floor s':>12} {'ratio':>6} "
+        f"{'flink s':>8} {'ratio':>6}  stages (s)"
     )
+    classpath = flink_replay.build() if args.flink else None
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         warm_up(spark, str(Path(tmp) / "warm_up"), kinds)
+        if classpath:
+            flink_warm_up = flink_replay.export(
+                spark, str(Path(tmp) / "warm_up"), str(Path(tmp) / "warm_up_flink")
+            )
         for n in args.sizes:
             for partitions in args.partitions:
                 path = str(Path(tmp) / f"archive_{n}_{partitions}")
                 generate_archive(spark, path, n_records=n, n_partitions=partitions)
                 floor(spark, path)  # warm-up: the archive's files listed and read once
                 best_floor, _ = best_of(args.repeat, floor, spark, path)
+                if classpath:
+                    started = time.perf_counter()
+                    exported = flink_replay.export(spark, path, f"{path}_flink")
+                    print(
+                        f"  the archive as Flink's replay reads it (a file per partition, "
+                        f"offset order, no duplicates): {time.perf_counter() - started:.1f} s, "
+                        "not in the Flink column",
+                        flush=True,
+                    )
                 for kind in kinds:
                     best_plugin, stages = best_of(args.repeat, plugin, spark, path, kind)
                     same_shape = (
@@ -230,11 +251,19 @@ def main() -> None:
                         else best_of(args.repeat, floor, spark, path, kind)[0]
                     )
                     breakdown = ", ".join(f"{k} {v:.1f}" for k, v in stages.items())
+                    flink = (
+                        flink_replay.replay(
+                            classpath, exported, kind, flink_warm_up, repeat=args.repeat
+                        ).seconds
+                        if classpath
+                        else float("nan")
+                    )
                     print(
                         f"{n:>10,} {partitions:>5} {kind:<18} {best_plugin:>9.1f} "
                         f"{n / best_plugin:>10,.0f} {best_floor:>8.1f} "
                         f"{best_plugin / best_floor:>6.2f} {same_shape:>12.1f} "
-                        f"{best_plugin / same_shape:>6.2f}  {breakdown}",
+                        f"{best_plugin / same_shape:>6.2f} {flink:>8.1f} "
+                        f"{best_plugin / flink:>6.2f}  {breakdown}",
                         flush=True,
                     )
                 print(f"  peak memory so far: {peak_memory(spark)}", flush=True)
