@@ -56,7 +56,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.feast_plugin import archive_tags, backfill_tags
 from feast_stream_backfill.feast_plugin.offline_store import StreamBackfillOfflineStore
-from feast_stream_backfill.feast_plugin.view_rows import emissions_for
+from feast_stream_backfill.feast_plugin.view_rows import emissions_for, file_kind
 from tests.conftest import feature_store_yaml
 
 
@@ -297,6 +297,14 @@ def test_to_arrow_and_persist_to_delta_read_back_as_a_saved_dataset(store, tmp_p
     ]
     with pytest.raises(Exception, match="already exist"):
         job.persist(storage)  # only allow_overwrite replaces a dataset
+
+
+def test_a_source_neither_delta_nor_parquet_is_refused_naming_the_view():
+    no_format = FileSource(path="spend.csv", timestamp_field="ts")
+    with pytest.raises(ValueError, match=r"^batch view spend: .* Delta or parquet, got None$"):
+        file_kind(no_format, "batch view spend")
+    with pytest.raises(ValueError, match=r"reads FileSources in Delta or parquet .*got str$"):
+        file_kind("spend.csv", "batch view spend")
 
 
 def test_date_range_mode_gives_every_change_in_the_range(store):

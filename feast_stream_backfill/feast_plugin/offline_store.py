@@ -33,7 +33,6 @@ import pyarrow.dataset
 import pyarrow.fs
 import pyarrow.parquet
 from feast import FeatureView, OnDemandFeatureView
-from feast.data_format import DeltaFormat, ParquetFormat
 from feast.errors import SavedDatasetLocationAlreadyExists
 from feast.feature_logging import LoggingConfig, LoggingSource
 from feast.feature_view import DUMMY_ENTITY_ID, DUMMY_ENTITY_VAL
@@ -66,6 +65,7 @@ from feast_stream_backfill.feast_plugin.view_rows import (
     file_kind,
     read_file_source,
     spark_for,
+    spark_format,
     view_rows,
 )
 from feast_stream_backfill.online_state import state_at
@@ -101,12 +101,6 @@ def _created_by_then(rows: ViewRows, features: list[str]) -> tuple[DataFrame, li
         .select(*rows.keys, _VISIBLE, "_fsb_max.*")
     )
     return frame, [*features, _LATEST]
-
-
-def _spark_format(fmt: Any, where: str) -> str:
-    if not isinstance(fmt, DeltaFormat | ParquetFormat):
-        raise ValueError(f"{where} writes Delta or parquet, got {fmt!r}")
-    return "delta" if isinstance(fmt, DeltaFormat) else "parquet"
 
 
 class StreamBackfillRetrievalJob(RetrievalJob):
@@ -171,7 +165,7 @@ class StreamBackfillRetrievalJob(RetrievalJob):
             raise ValueError(
                 f"persist to a SavedDatasetFileStorage (Delta or parquet), got {type(storage)}"
             )
-        kind = _spark_format(storage.file_options.file_format, "persist")
+        kind = spark_format(storage.file_options.file_format, "persist")
         uri = storage.file_options.uri
         mode = "overwrite" if allow_overwrite else "errorifexists"
         try:

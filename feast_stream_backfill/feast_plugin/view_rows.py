@@ -83,15 +83,23 @@ def emissions_for(config: RepoConfig, view: StreamFeatureView) -> DataFrame:
     return ensure_emission_log(spark_for(config), stream_job(view, config.repo_path), path)
 
 
+def spark_format(file_format: Any, where: str) -> str:
+    """The Spark format of a Feast file format this store reads and writes."""
+    if not isinstance(file_format, DeltaFormat | ParquetFormat):
+        raise ValueError(
+            f"{where}: this store reads and writes Delta or parquet, got {file_format!r}"
+        )
+    return "delta" if isinstance(file_format, DeltaFormat) else "parquet"
+
+
 def file_kind(source: Any, where: str) -> str:
-    if not isinstance(source, FileSource) or not isinstance(
-        source.file_format, DeltaFormat | ParquetFormat
-    ):
+    """The Spark format of a source this store reads: a ``FileSource`` in Delta or parquet."""
+    if not isinstance(source, FileSource):
         raise ValueError(
             f"{where}: this store reads FileSources in Delta or parquet format, got "
-            f"{type(source).__name__} {getattr(source, 'file_format', None)!r}"
+            f"{type(source).__name__}"
         )
-    return "delta" if isinstance(source.file_format, DeltaFormat) else "parquet"
+    return spark_format(source.file_format, where)
 
 
 def read_file_source(config: RepoConfig, source: Any, where: str) -> DataFrame:
