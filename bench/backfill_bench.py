@@ -12,11 +12,14 @@ validation pass, duplicate handling, watermark timeline and dropped-record accou
 is broken down by stage (:mod:`feast_stream_backfill.stages`): validation, processing time,
 watermark, windows and triggers (with the status counts), emission log, dropped records.
 Peak memory (JVM heap, and the Python workers' resident memory) of the driver and of each
-executor comes from Spark's own executor metrics.
+executor comes from Spark's own executor metrics. ``--flink`` also times a throughput-tuned
+replay of each job through real Apache Flink on the same cores (:mod:`bench.flink_replay`),
+what a team runs without the plugin, and prints the plugin's ratio to it.
 
     .venv/bin/python -m bench.backfill_bench --sizes 4000000 16000000 32000000 --repeat 1
     .venv/bin/python -m bench.backfill_bench --sizes 16000000 --partitions 16 2
     .venv/bin/python -m bench.backfill_bench --master "$(scripts/spark_cluster.sh url)"
+    .venv/bin/python -m bench.backfill_bench --sizes 16000000 --kinds all --repeat 1 --flink
 """
 
 from __future__ import annotations
