@@ -1,7 +1,7 @@
 """Backfill throughput against the plain-Spark floor, in one run on the same data.
 
 The floor is the least any backfill must do: read the archive, take the running max of
-event time per partition (the processing time), group by key and window. The issue's floor
+event time per partition (the processing time), group by key and window. The floor
 groups by 5-minute tumbling windows for every job; the "kind floor" is plain Spark's shape of
 the job's own windows (sliding windows expanded by ``window``, sessions by
 ``session_window``, processing-time windows over ``pt``, per-record firings as a running
@@ -67,7 +67,7 @@ def best_of(repeat: int, run, *args) -> tuple[float, dict[str, float]]:
 
 
 def floor(spark, path: str, kind: str = "tumbling") -> None:
-    """The issue's floor (``kind`` tumbling), or the same plain-Spark shape for ``kind``'s
+    """The floor (``kind`` tumbling), or the same plain-Spark shape for ``kind``'s
     windows: sliding windows expanded by Spark's ``window``, sessions by ``session_window``,
     processing-time windows over ``pt``, per-record firings as a running aggregate."""
     records = spark.read.format("delta").load(path)
@@ -115,7 +115,7 @@ KINDS = {
 }
 
 
-#: Kinds whose plain-Spark shape is the issue's floor: tumbling windows by event time.
+#: Kinds whose plain-Spark shape is the floor: tumbling windows by event time.
 SAME_FLOOR = {"tumbling", "tumbling+lateness", "idleness 30s"}
 
 

@@ -1,7 +1,7 @@
 """Materialization keys/s against what the redis-server itself takes, on the same server.
 
 * ``redis-benchmark -t hset -P 100 -n N -r N -q``: pipelined HSETs from C, each one field into
-  one hash: the issue's yardstick;
+  one hash: the yardstick;
 * the plugin's writer (``compute_engine.write_online``: the mapInArrow writer ``feast
   materialize`` runs), writing a cached state of ``--keys`` keys (3 features, in
   ``--partitions`` partitions, which the writer merges into one task per core, one fewer for
