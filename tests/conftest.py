@@ -4,6 +4,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,8 +22,6 @@ os.environ["SPARK_CONF_DIR"] = str(Path(__file__).resolve().parent / "spark_conf
 
 def pytest_terminal_summary(terminalreporter) -> None:
     """How many cases each strategy was checked against the simulator on, when any were."""
-    import sys
-
     differential = sys.modules.get("tests.test_differential")
     if differential is not None and differential.CHECKED:
         cases = ", ".join(f"{name} {n}" for name, n in sorted(differential.CHECKED.items()))
