@@ -120,18 +120,19 @@ def export(spark: SparkSession, archive: str, out_dir: str) -> Exported:
             "amount",
         )
     )
-    widths = records.agg(F.min(F.length("user_id")), F.max(F.length("user_id"))).first()
-    if widths[0] != widths[1]:
-        raise ValueError(f"{archive}: user_id lengths {widths[0]}..{widths[1]}; need one width")
-    n_partitions = records.select("partition").distinct().count()
+    shortest, longest, n_partitions = records.agg(
+        F.min(F.length("user_id")), F.max(F.length("user_id")), F.count_distinct("partition")
+    ).first()
+    if shortest != longest:
+        raise ValueError(f"{archive}: user_id lengths {shortest}..{longest}; need one width")
     written = (
         records.repartition(n_partitions, "partition")
         .sortWithinPartitions("partition", "offset")
-        .mapInArrow(_writer(out_dir, widths[0]), "partition int, rows long")
+        .mapInArrow(_writer(out_dir, longest), "partition int, rows long")
         .agg(F.sum("rows"))
         .first()[0]
     )
-    return Exported(out_dir, widths[0], written)
+    return Exported(out_dir, longest, written)
 
 
 @dataclass(frozen=True)
