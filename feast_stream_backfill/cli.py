@@ -324,6 +324,43 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
 
 @cli.command()
 @click.argument("view")
+@click.option("-o", "--output", default="calibration.png", show_default=True, help="PNG file.")
+@click.pass_obj
+def calibrate(ctx: Context, view, output) -> None:
+    """The backfill against the live job's writes (the view's observed writes): fitted
+    delays with intervals, values not reproduced, partitions and hours that stand out, and
+    the tags to set. The fit is kept beside the view's emission log."""
+    from feast_stream_backfill.calibration import calibrate as calibrate_view
+    from feast_stream_backfill.calibration.picture import draw_calibration
+    from feast_stream_backfill.feast_plugin.observed_writes import (
+        observed_writes,
+        view_calibration_path,
+    )
+    from feast_stream_backfill.feast_plugin.view_rows import emissions_for, spark_for
+
+    with ctx.guarded("calibrate"), _progress(3, "backfilling the view") as step:
+        store, feature_view, job = ctx.job(view)
+        spark = spark_for(store.config)
+        try:
+            writes = observed_writes(store, feature_view, spark)
+            path = view_calibration_path(store, feature_view)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        emissions = emissions_for(store.config, feature_view)
+        step("pairing the live job's writes with the emissions")
+        calibration = calibrate_view(spark, job, writes, emissions)
+        step("drawing")
+        calibration.store(spark, path)
+        draw_calibration(calibration, f"{view}: the live job against the backfill").savefig(
+            output, dpi=100
+        )
+    for line in calibration.summary():
+        click.echo(line)
+    click.echo(f"calibration kept at {path}; picture written to {output}")
+
+
+@cli.command()
+@click.argument("view")
 @click.option(
     "--at",
     "at",

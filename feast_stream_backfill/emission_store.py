@@ -97,6 +97,12 @@ def dropped_path(path: str) -> str:
     return path + "_dropped"
 
 
+def calibration_path(path: str) -> str:
+    """Where the calibration of the emission log at ``path`` against the live job is kept:
+    beside it (:meth:`feast_stream_backfill.calibration.Calibration.store`)."""
+    return path + "_calibration"
+
+
 def ensure_emission_log(spark: SparkSession, job: StreamJob, path: str) -> DataFrame:
     """The job's emission log at ``path`` (dropped records at :func:`dropped_path`),
     backfilled first unless both stored tables were made from the same job and archives (a

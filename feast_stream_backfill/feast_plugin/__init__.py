@@ -11,6 +11,10 @@ from feast_stream_backfill.feast_plugin.definitions import (
     lookup_tags,
     stream_job,
 )
+from feast_stream_backfill.feast_plugin.observed_writes import (
+    calibration_tags,
+    observed_writes_tags,
+)
 from feast_stream_backfill.feast_plugin.topics import topics_tags
 
 #: Feast warns that stream feature views are alpha each time it builds one (from the registry
@@ -25,8 +29,10 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 __all__ = [
     "archive_tags",
     "backfill_tags",
+    "calibration_tags",
     "derived_tags",
     "lookup_tags",
+    "observed_writes_tags",
     "sink_connector_tags",
     "stream_job",
     "topics_tags",

@@ -38,6 +38,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
     stream_job,
     unsupported,
 )
+from feast_stream_backfill.feast_plugin.observed_writes import calibration_tags
 from feast_stream_backfill.feast_plugin.topics import (
     TOPIC,
     TOPIC_OPTIONS,
@@ -58,6 +59,7 @@ KNOWN_TAGS = frozenset(
         *_DEFAULTS,
         *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1)),
         *SINK_OPTIONS,
+        *calibration_tags(""),
     }
 )
 #: Prefixes of the tags named after a declared thing: a lookup's state table, a derived

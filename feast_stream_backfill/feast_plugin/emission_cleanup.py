@@ -1,10 +1,10 @@
 """Emission logs go with their views: a deleted stream view's at ``feast apply``, the whole
 project's at ``feast teardown``.
 
-The offline store keeps a view's log at ``<emission_log_path>/<project>/<view>`` and its dropped
-records beside it (:func:`~feast_stream_backfill.emission_store.dropped_path`). Local paths are
-removed directly; a URI (``s3a://``, ``file://``) through Spark's Hadoop file system, which
-wrote it.
+The offline store keeps a view's log at ``<emission_log_path>/<project>/<view>``, its dropped
+records and its calibration beside it (:mod:`~feast_stream_backfill.emission_store`). Local
+paths are removed directly; a URI (``s3a://``, ``file://``) through Spark's Hadoop file
+system, which wrote it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from feast.repo_config import RepoConfig
 
-from feast_stream_backfill.emission_store import dropped_path
+from feast_stream_backfill.emission_store import calibration_path, dropped_path
 from feast_stream_backfill.feast_plugin.view_rows import project_logs, spark_for
 
 
@@ -25,7 +25,11 @@ def remove_view_logs(config: RepoConfig, project: str, views: Iterable[str]) -> 
     if root is None:
         return
     for view in views:
-        for path in (f"{root}/{view}", dropped_path(f"{root}/{view}")):
+        for path in (
+            f"{root}/{view}",
+            dropped_path(f"{root}/{view}"),
+            calibration_path(f"{root}/{view}"),
+        ):
             _remove(config, path)
 
 
