@@ -30,7 +30,7 @@ MATCHED, VALUE_DIFFERS, NOT_EMITTED, NOT_WRITTEN = (
 )
 #: Columns of :func:`pair`: the pairing, the emission's time in epoch ms, the change's place
 #: in its window, and whether a row repeats the value before it.
-STATUS, EMIT_MS, RANK, REPEATS = "status", "_emit_ms", "_rank", "_repeats"
+STATUS, EMIT_MS, RANK, REPEATS = "status", "_backfill_emit_ms", "_rank", "_repeats"
 
 #: Relative tolerance of equal values: the live job and the backfill sum in different orders.
 RELATIVE_TOLERANCE = 1e-9

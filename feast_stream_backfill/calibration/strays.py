@@ -158,7 +158,7 @@ class Restart:
             return f"{pd.Timestamp(ms, unit='ms', tz='UTC'):%Y-%m-%d %H:%M:%S}"
 
         return (
-            f"{self.count:,} writes repeat a value already written, from {at(self.first_write)} "
+            f"{self.count:,} write(s) repeat a value already written, from {at(self.first_write)} "
             f"to {at(self.last_write)} UTC, for windows from {at(self.first_window)} to "
             f"{at(self.last_window)}: the job fired them again (a restart from a checkpoint)"
         )
