@@ -8,8 +8,10 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
+from feast import FeatureStore
 from feast.repo_config import load_repo_config
 from feast.repo_operations import apply_total
 from matplotlib.image import imread
@@ -115,14 +117,21 @@ def repo(tmp_path_factory, spark):
     return path
 
 
-def test_calibrate_fits_the_delays_keeps_the_fit_and_draws_it(repo, spark, monkeypatch):
-    monkeypatch.setenv("FSB_REDIS", "localhost:6379")
+@pytest.fixture(scope="module")
+def calibrated(repo):
+    """``calibrate user_spend_5m`` run once: its output and picture."""
     picture = repo / "calibration.png"
-    result = CliRunner().invoke(
-        cli, ["--chdir", str(repo), "calibrate", "user_spend_5m", "-o", str(picture)]
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FSB_REDIS", "localhost:6379")
+        result = CliRunner().invoke(
+            cli, ["--chdir", str(repo), "calibrate", "user_spend_5m", "-o", str(picture)]
+        )
     assert result.exit_code == 0, result.output
-    out = result.output
+    return result.output, picture
+
+
+def test_calibrate_fits_the_delays_keeps_the_fit_and_draws_it(repo, spark, calibrated):
+    out, picture = calibrated
     assert "writes read 5: 4 match the backfill" in out
     assert "1 repeat a value" in out
     # delays 2, 3, 4, 5 s: the median read by percentile_approx is the lower middle one
@@ -143,3 +152,42 @@ def test_a_view_without_observed_writes_is_told_what_to_declare(repo, monkeypatc
     result = CliRunner().invoke(cli, ["--chdir", str(repo), "calibrate", "user_fees_5m"])
     assert result.exit_code == 2
     assert "no 'stream_backfill.observed_writes' tag" in result.output
+
+
+def test_training_rows_get_the_probability_the_live_job_showed_them(repo, calibrated, monkeypatch):
+    # The kept residuals are 2, 3, 4 and 5 s: F is 0 below 2 s, 0.25 at 2 s, 0.5 at 3 s,
+    # 0.75 at 4 s, 1 at 5 s, and rises by 0.005 (one level) between those.
+    monkeypatch.setenv("FSB_REDIS", "localhost:6379")
+    store = FeatureStore(repo_path=str(repo))
+    asked = ["10:06:00", "10:07:01", "10:07:03", "10:13:02.500"]
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["u1"] * len(asked),
+            "event_timestamp": pd.to_datetime(
+                [f"2026-01-01T{t}" for t in asked], utc=True, format="ISO8601"
+            ),
+        }
+    )
+    job = store.get_historical_features(entity_df, ["user_spend_5m:spend_5m"])
+    plain = job.to_df()
+    rows = job.with_probabilities().to_df()
+    assert list(rows["spend_5m"].fillna(-1)) == [-1, 30.0, 30.0, 4.0]
+    assert list(plain.columns) + ["user_spend_5m__visible_probability"] == list(rows.columns)
+    expected = [
+        1.0,  # before u1's first emission (10:07:00) nothing was visible: 1 - F(-60 s)
+        0.0,  # written 2 s after it at the earliest: F(1 s)
+        0.5,  # F(3 s), and u1's next emission (10:13:00) is far off
+        0.2525,  # the last emission, 2.5 s after it: F(2.5 s)
+    ]
+    assert list(rows["user_spend_5m__visible_probability"]) == pytest.approx(expected)
+
+
+def test_a_view_never_calibrated_is_refused_named(repo, monkeypatch):
+    monkeypatch.setenv("FSB_REDIS", "localhost:6379")
+    store = FeatureStore(repo_path=str(repo))
+    entity_df = pd.DataFrame(
+        {"user_id": ["u1"], "event_timestamp": pd.to_datetime(["2026-01-01 10:10"], utc=True)}
+    )
+    job = store.get_historical_features(entity_df, ["user_fees_5m:fees_5m"])
+    with pytest.raises(ValueError, match="'user_fees_5m' has no calibration"):
+        job.with_probabilities().to_df()

@@ -23,6 +23,7 @@ which is what Feast's online store held at t if each row was written when it was
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +54,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import TimestampNTZType
 
+from feast_stream_backfill.calibration import load_calibration
+from feast_stream_backfill.emission_store import calibration_path
 from feast_stream_backfill.feast_plugin.definitions import check_supported, resolve_path
 from feast_stream_backfill.feast_plugin.entity_rows import (
     ENTITY_ROW,
@@ -63,6 +66,7 @@ from feast_stream_backfill.feast_plugin.entity_rows import (
 from feast_stream_backfill.feast_plugin.view_rows import (
     ViewRows,
     file_kind,
+    project_logs,
     read_file_source,
     spark_for,
     spark_format,
@@ -72,6 +76,8 @@ from feast_stream_backfill.online_state import state_at
 from feast_stream_backfill.training_join import as_of_join
 
 _VISIBLE, _LATEST = "_fsb_visible", "_fsb_latest"
+#: The name of a view's probability column, after ``<view>__``.
+PROBABILITY = "visible_probability"
 
 
 class StreamBackfillOfflineStoreConfig(FeastConfigBaseModel):
@@ -105,7 +111,8 @@ def _created_by_then(rows: ViewRows, features: list[str]) -> tuple[DataFrame, li
 
 class StreamBackfillRetrievalJob(RetrievalJob):
     """A lazy Spark result. ``to_df``/``to_arrow`` return rows in ``order`` (the entity_df's
-    order); ``to_spark_df`` is unordered, as Spark DataFrames are."""
+    order); ``to_spark_df`` is unordered, as Spark DataFrames are.
+    :meth:`with_probabilities` is the same training set with how sure each row is."""
 
     def __init__(
         self,
@@ -118,11 +125,35 @@ class StreamBackfillRetrievalJob(RetrievalJob):
         timestamp: str | None = None,
         repo_path: Any = None,
         on_demand_feature_views: list[OnDemandFeatureView] | None = None,
+        probabilities: Callable[[Mapping[str, Sequence[float]]], DataFrame] | None = None,
     ) -> None:
         self._df, self._full_feature_names, self._order = df, full_feature_names, order or []
         self._on_demand = on_demand_feature_views or []
         self._metadata, self._repo_path = metadata, repo_path
         self._entity, self._timestamp = entity, timestamp
+        self._probabilities = probabilities
+
+    def with_probabilities(
+        self, residual_quantiles: Mapping[str, Sequence[float]] | None = None
+    ) -> StreamBackfillRetrievalJob:
+        """The same rows with, per windowed stream view, a column ``<view>__visible_probability``:
+        the probability that the live job had the row's values of that view visible at the
+        row's instant, under the residual distribution ``feast-stream-backfill calibrate`` kept
+        for the view (or the quantiles given here per view name, at
+        :data:`~feast_stream_backfill.calibration.fit.LEVELS`). A view never calibrated and
+        not given is refused, named."""
+        if self._probabilities is None:
+            raise ValueError("this training set has no windowed stream view to give odds for")
+        return StreamBackfillRetrievalJob(
+            self._probabilities(residual_quantiles or {}),
+            self._full_feature_names,
+            order=self._order,
+            metadata=self._metadata,
+            entity=self._entity,
+            timestamp=self._timestamp,
+            repo_path=self._repo_path,
+            on_demand_feature_views=self._on_demand,
+        )
 
     def to_spark_df(self) -> DataFrame:
         return self._df.drop(ENTITY_ROW)
@@ -230,18 +261,33 @@ class StreamBackfillOfflineStore(OfflineStore):
         entityless = any(DUMMY_ENTITY_ID in rows.keys for *_, rows in views)
         if entityless and DUMMY_ENTITY_ID not in entity.columns:
             entity = entity.withColumn(DUMMY_ENTITY_ID, F.lit(DUMMY_ENTITY_VAL))
-        result = entity
-        for view, prefix, wanted, rows in views:
-            missing = [k for k in rows.keys if k not in entity.columns]
-            if missing:
-                raise ValueError(
-                    f"feature view {view.name!r} joins on {rows.keys}; entity_df lacks {missing}"
+
+        def joined(quantiles: Mapping[str, Sequence[float]] | None) -> DataFrame:
+            result = entity
+            for view, prefix, wanted, rows in views:
+                missing = [k for k in rows.keys if k not in entity.columns]
+                if missing:
+                    raise ValueError(
+                        f"feature view {view.name!r} joins on {rows.keys}; entity_df lacks "
+                        f"{missing}"
+                    )
+                names = [f"{prefix}__{f}" if full_feature_names else f for f in wanted]
+                ttl = view.ttl.total_seconds() if view.ttl else None
+                chance = None
+                if quantiles is not None and rows.streaming:
+                    chance = (quantiles[view.name], f"{prefix}__{PROBABILITY}")
+                result = _as_of(
+                    result, rows, ts, wanted, names, ttl, filter_by_created_timestamp, chance
                 )
-            names = [f"{prefix}__{f}" if full_feature_names else f for f in wanted]
-            ttl = view.ttl.total_seconds() if view.ttl else None
-            result = _as_of(result, rows, ts, wanted, names, ttl, filter_by_created_timestamp)
+            return result.drop(DUMMY_ENTITY_ID) if entityless else result
+
+        def with_probabilities(given: Mapping[str, Sequence[float]]) -> DataFrame:
+            streams = [view for view, *_, rows in views if rows.streaming]
+            quantiles = {v.name: given.get(v.name) or _stored_quantiles(config, v) for v in streams}
+            return joined(quantiles)
+
         return StreamBackfillRetrievalJob(
-            result.drop(DUMMY_ENTITY_ID) if entityless else result,
+            joined(None),
             full_feature_names,
             order=order,
             metadata=metadata,
@@ -251,6 +297,7 @@ class StreamBackfillOfflineStore(OfflineStore):
             on_demand_feature_views=OnDemandFeatureView.get_requested_odfvs(
                 feature_refs, project, registry
             ),
+            probabilities=with_probabilities,
         )
 
     @staticmethod
@@ -391,6 +438,20 @@ def _append_parquet(path: str, table: pa.Table) -> None:
     files.move(temporary, root)
 
 
+def _stored_quantiles(config: RepoConfig, view: FeatureView) -> Sequence[float]:
+    """The residual quantiles ``calibrate`` kept for the view; a ValueError where none."""
+    root = project_logs(config, config.project)
+    found = None
+    if root is not None:
+        found = load_calibration(spark_for(config), calibration_path(f"{root}/{view.name}"))
+    if found is None or found.delays is None:
+        raise ValueError(
+            f"stream feature view {view.name!r} has no calibration against the live job: run "
+            f"`feast-stream-backfill calibrate {view.name}` (or give its residual quantiles)"
+        )
+    return found.delays.quantiles
+
+
 def _as_of(
     result: DataFrame,
     rows: ViewRows,
@@ -399,12 +460,23 @@ def _as_of(
     names: list[str],
     ttl: float | None,
     filter_by_created_timestamp: bool,
+    chance: tuple[Sequence[float], str] | None = None,
 ) -> DataFrame:
     """``result`` with one view's values as of ``ts`` (columns as from a left join on the
-    view's keys and ``ts``): its rows go through the view's sort themselves."""
+    view's keys and ``ts``): its rows go through the view's sort themselves. ``chance``: for
+    a stream view, its residual quantiles and the probability column's name."""
     if rows.streaming:  # written at emit_time: created by then already
+        quantiles, name = chance if chance else (None, PROBABILITY)
         return as_of_join(
-            result, rows.frame, rows.keys, ts, wanted, ttl_seconds=ttl, output_names=names
+            result,
+            rows.frame,
+            rows.keys,
+            ts,
+            wanted,
+            ttl_seconds=ttl,
+            output_names=names,
+            residual_quantiles=quantiles,
+            probability_name=name,
         )
     if filter_by_created_timestamp and rows.created:
         frame, carried = _created_by_then(rows, wanted)
