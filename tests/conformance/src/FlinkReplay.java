@@ -20,6 +20,7 @@ import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.connector.source.ReaderOutput;
 import org.apache.flink.api.connector.source.SourceOutput;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
 import org.apache.flink.runtime.event.WatermarkEvent;
 import org.apache.flink.runtime.metrics.groups.UnregisteredMetricGroups;
 import org.apache.flink.streaming.api.datastream.DataStream;
@@ -67,6 +68,12 @@ import org.apache.flink.util.clock.ManualClock;
  * .sideOutputLateData().aggregate()}) and run in Flink's
  * {@link KeyedOneInputStreamOperatorTestHarness}. Ours: the loop that feeds records in the
  * given (inferred processing time) order, advances the test clocks, and logs what comes out.
+ *
+ * <p>A feed may also restart the job (tests/conformance/live.py): {@code checkpoint C}
+ * snapshots the window operator after everything at instants up to C; {@code restore R R2}
+ * fails the job at R (after the ticks before R) and starts it again at R2, the window operator
+ * initialised from that snapshot and new sources, whose watermarks start from Long.MIN_VALUE
+ * (Flink checkpoints none). The records after it are those read again and any later ones.
  *
  * <p>Usage: {@code FlinkReplay in1 out1 [in2 out2 ...]} (one JVM for many scenarios).
  */
@@ -207,12 +214,23 @@ public final class FlinkReplay {
     private final List<Long> topicBounds = new ArrayList<>();
     private final List<int[]> splits = new ArrayList<>(); // (topic, partition)
     private final List<Rec> records = new ArrayList<>();
+    private final List<long[]> controls = new ArrayList<>(); // (before record, kind, time, time)
     private final PrintWriter out;
 
     private KeyedOneInputStreamOperatorTestHarness<String, Rec, String> window;
     private final OutputTag<Rec> lateTag = new OutputTag<>("late", TypeInformation.of(Rec.class));
     private long scale; // window-harness ms per processing-time ms (2 for processing-time windows)
     private long watermark = Long.MIN_VALUE;
+    private OperatorSubtaskState checkpoint;
+
+    // The sources and their clocks, rebuilt on a restore: Flink does not checkpoint watermarks.
+    private long interval;
+    private TestProcessingTimeService sourceTime;
+    private ManualClock clock;
+    private long tick;
+    private long now;
+    private List<ReaderOutput<Rec>> readers;
+    private Map<String, SourceOutput<Rec>> splitOutputs;
 
     private FlinkReplay(Path in, PrintWriter out) throws IOException {
         this.out = out;
@@ -239,6 +257,11 @@ public final class FlinkReplay {
                         r.value = Double.parseDouble(f[7]);
                         records.add(r);
                     }
+                    // A checkpoint at time f[1]; a failure at f[1] and a restore from the
+                    // last checkpoint at f[2]: both between the records around them.
+                    case "checkpoint" -> controls.add(new long[] {records.size(), 0, Long.parseLong(f[1]), 0});
+                    case "restore" -> controls.add(
+                            new long[] {records.size(), 1, Long.parseLong(f[1]), Long.parseLong(f[2])});
                     default -> conf.put(f[0], f[1]);
                 }
             }
@@ -389,32 +412,38 @@ public final class FlinkReplay {
         }
     }
 
-    private void run() throws Exception {
-        scale = eventTime() ? 1 : 2;
-        long interval = num("interval");
-        boolean combineMax = conf.get("combine").equals("max");
-        Observed.ACCEPTED.clear();
+    /** A new window operator in Flink's harness, from {@code state} if not null. */
+    private void openWindow(OperatorSubtaskState state) throws Exception {
         window = new KeyedOneInputStreamOperatorTestHarness<>(windowOperator(), r -> r.key, Types.STRING);
+        if (state != null) {
+            window.setup();
+            window.initializeState(state);
+        }
         window.open();
+        watermark = Long.MIN_VALUE;
+    }
 
+    /** The sources, their watermark generators and the valve, started at processing time
+     * {@code first}. */
+    private void startSources(long first) throws Exception {
+        boolean combineMax = conf.get("combine").equals("max");
         // Sources: one per topic (MIN mode: splits = partitions, Flink's multiplexer combines
         // them). MAX mode: one reader whose main output (one generator) sees every record.
         int nSources = combineMax ? 1 : topicNames.size();
         StatusWatermarkValve valve = new StatusWatermarkValve(nSources);
         OperatorInput operatorInput = new OperatorInput();
-        TestProcessingTimeService sourceTime = new TestProcessingTimeService();
+        sourceTime = new TestProcessingTimeService();
         // The idleness clock: ms of processing time, shifted by a day because IdlenessTimer
         // reads a relative time of 0 as "no inactivity timer started".
-        ManualClock clock = new ManualClock(Duration.ofDays(1).toNanos());
-        long first = records.get(0).pt;
+        clock = new ManualClock(Duration.ofDays(1).toNanos());
         // The job starts with its first record: the periodic timer's first tick is the first
         // multiple of I at or after it (SEMANTICS section 2; the plugin's convention).
-        long tick = interval > 0 ? Math.floorDiv(first + interval - 1, interval) * interval : Long.MAX_VALUE;
+        tick = interval > 0 ? Math.floorDiv(first + interval - 1, interval) * interval : Long.MAX_VALUE;
         long base = interval > 0 ? tick - interval : first;
         sourceTime.setCurrentTime(base);
-        long now = base;
+        now = base;
         clock.advanceTime(Duration.ofMillis(base));
-        List<ReaderOutput<Rec>> readers = new ArrayList<>();
+        readers = new ArrayList<>();
         List<ProgressiveTimestampsAndWatermarks<Rec>> sources = new ArrayList<>();
         for (int i = 0; i < nSources; i++) {
             ProgressiveTimestampsAndWatermarks<Rec> source = new ProgressiveTimestampsAndWatermarks<>(
@@ -429,7 +458,7 @@ public final class FlinkReplay {
             readers.add(source.createMainOutput(new SourceChannel(i, valve, operatorInput), NO_LISTENER));
             sources.add(source);
         }
-        Map<String, SourceOutput<Rec>> splitOutputs = new LinkedHashMap<>();
+        splitOutputs = new LinkedHashMap<>();
         if (!combineMax) { // every split assigned at the start, before any record
             for (int[] s : splits) {
                 splitOutputs.put(s[0] + "/" + s[1], readers.get(s[0]).createOutputForSplit("p" + s[1]));
@@ -438,15 +467,57 @@ public final class FlinkReplay {
         for (ProgressiveTimestampsAndWatermarks<Rec> source : sources) {
             source.startPeriodicWatermarkEmits();
         }
+    }
 
+    /** The periodic ticks strictly before {@code before}. */
+    private void ticksBefore(long before) throws Exception {
+        while (tick < before) {
+            clock.advanceTime(Duration.ofMillis(tick - now));
+            now = tick;
+            sourceTime.setCurrentTime(tick);
+            drain("t", tick);
+            tick += interval;
+        }
+    }
+
+    /** What a control line does once the records before it are in: a checkpoint at C after
+     * everything at instants up to C; a failure at R after everything before R, then a restore
+     * of the last checkpoint with sources started afresh at R'. */
+    private void control(long[] c) throws Exception {
+        if (c[1] == 0) {
+            ticksBefore(c[2] + 1);
+            checkpoint = window.snapshot(c[2], c[2]);
+            out.println("checkpoint " + c[2]);
+            return;
+        }
+        ticksBefore(c[2]);
+        printSideOutput();
+        window.close();
+        openWindow(checkpoint);
+        startSources(c[3]);
+        out.println("restore " + c[2] + " " + c[3]);
+    }
+
+    private void printSideOutput() {
+        for (StreamRecord<Rec> late : window.getSideOutput(lateTag) == null ? List.<StreamRecord<Rec>>of() : window.getSideOutput(lateTag)) {
+            out.println("side " + late.getValue().index);
+        }
+    }
+
+    private void run() throws Exception {
+        scale = eventTime() ? 1 : 2;
+        interval = num("interval");
+        boolean combineMax = conf.get("combine").equals("max");
+        Observed.ACCEPTED.clear();
+        openWindow(null);
+        startSources(records.get(0).pt);
+
+        int nextControl = 0;
         for (Rec r : records) {
-            while (tick < r.pt) { // a record and a tick at the same ms: the record first
-                clock.advanceTime(Duration.ofMillis(tick - now));
-                now = tick;
-                sourceTime.setCurrentTime(tick);
-                drain("t", tick);
-                tick += interval;
+            while (nextControl < controls.size() && controls.get(nextControl)[0] == r.index) {
+                control(controls.get(nextControl++));
             }
+            ticksBefore(r.pt); // a record and a tick at the same ms: the record first
             clock.advanceTime(Duration.ofMillis(r.pt - now));
             now = r.pt;
             if (!eventTime()) { // timers due before this ms first (Flink delays them by 1 ms)
@@ -461,18 +532,14 @@ public final class FlinkReplay {
             }
             drain("r" + r.index, r.pt);
         }
+        while (nextControl < controls.size()) {
+            control(controls.get(nextControl++));
+        }
         // The archive's horizon: ticks up to the first one at or after the last record. Later
         // ones would act on a future the archive does not hold (and never see end of input).
         long last = records.get(records.size() - 1).pt;
         if (interval > 0) {
-            long until = Math.floorDiv(last + interval - 1, interval) * interval;
-            while (tick <= until) {
-                clock.advanceTime(Duration.ofMillis(tick - now));
-                now = tick;
-                sourceTime.setCurrentTime(tick);
-                drain("t", tick);
-                tick += interval;
-            }
+            ticksBefore(Math.floorDiv(last + interval - 1, interval) * interval + 1);
         }
         if (!eventTime()) { // a live job's clock goes on: every processing-time window fires
             window.setProcessingTime(Long.MAX_VALUE / 4);
@@ -512,9 +579,7 @@ public final class FlinkReplay {
                 out.println("record " + r.index + " " + windows + " " + dropped);
             }
         }
-        for (StreamRecord<Rec> late : window.getSideOutput(lateTag) == null ? List.<StreamRecord<Rec>>of() : window.getSideOutput(lateTag)) {
-            out.println("side " + late.getValue().index);
-        }
+        printSideOutput();
         window.close();
     }
 
