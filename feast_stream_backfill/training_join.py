@@ -22,7 +22,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from feast_stream_backfill.calibration.visibility import cdf_column, visible_probability
+from feast_stream_backfill.calibration.visibility import visible_probability_column
 from feast_stream_backfill.carry_forward import carry_forward
 
 _T, _SEQ, _VALUE, _EMITTED = "_asof_t", "_asof_seq", "_asof_value", "_asof_emitted"
@@ -127,11 +127,11 @@ def as_of_join(
         found &= fresh
     probability = []
     if residual_quantiles is not None:
-        chance = visible_probability(
+        chance = visible_probability_column(
             F.unix_millis(t),
             F.unix_millis(F.col(_VALUE)[_EMITTED]),
             F.unix_millis(F.col(_VALUE)[_NEXT]),
-            cdf_column(residual_quantiles),
+            residual_quantiles,
         )
         unexpired = F.col(_VALUE)[_EMITTED].isNull() | fresh
         probability = [F.when(joinable & unexpired, chance).alias(probability_name)]

@@ -9,9 +9,9 @@ import pytest
 
 from feast_stream_backfill.calibration.fit import LEVELS
 from feast_stream_backfill.calibration.visibility import (
-    cdf_column,
     cdf_of_values,
     visible_probability,
+    visible_probability_column,
 )
 from feast_stream_backfill.training_join import as_of_join
 
@@ -42,13 +42,16 @@ def test_ties_in_the_quantiles_jump():
     assert cdf(500) == pytest.approx(0.7)
 
 
-def test_the_spark_expression_is_the_rule_on_numbers(spark):
+def test_on_columns_the_rule_is_the_rule_on_numbers(spark):
     quantiles = [0.0 if level <= 0.4 else (level - 0.4) / 0.6 * 1000 for level in LEVELS]
-    xs = [-10.0, 0.0, 0.5, 3.0, 250.0, 499.9, 999.0, 1000.0, 5000.0]
-    df = spark.createDataFrame([(x,) for x in xs], "x double")
-    got = [r.p for r in df.select(cdf_column(quantiles)(df.x).alias("p")).collect()]
+    cases = [(0, None, None), (1000, 1000, None), (1250, 1000, 1100), (900, None, 1000)]
+    cases += [(5000, 1000, 4700), (1499, 1000, None)]
+    df = spark.createDataFrame(cases, "t long, e long, n long")
+    column = visible_probability_column(df.t, df.e, df.n, quantiles).alias("p")
+    got = [r.p for r in df.select(column).collect()]
     cdf = cdf_of_values(quantiles)
-    assert got == pytest.approx([cdf(x) for x in xs])
+    assert got == pytest.approx([visible_probability(t, e, n, cdf) for t, e, n in cases])
+    assert got[:3] == pytest.approx([1.0, 0.4, 0.55 - 0.49])  # F(250) - F(150)
 
 
 def test_training_rows_get_their_probability(spark):

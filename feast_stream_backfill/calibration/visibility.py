@@ -10,14 +10,13 @@ prediction's instant ``t``, the value was visible with probability::
     P = F(t - e) - F(t - e')        (F(t - e') = 0 where no emission follows)
 
 and, before a key's first emission ``e'``, nothing was visible with probability
-``1 - F(t - e')``. :func:`visible_probability` states the rule once, for plain numbers (with
-:func:`cdf_of_values`) and for Spark Columns (with :func:`cdf_column`) alike.
+``1 - F(t - e')``. :func:`visible_probability` states the rule once, on numbers and numpy
+arrays; :func:`visible_probability_column` applies it to Spark Columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -26,23 +25,22 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.fit import LEVELS
 
-T = TypeVar("T", Column, float)
 
-
-def visible_probability(t: T, emitted: T | None, superseded: T | None, cdf: Callable[[T], T]) -> T:
+def visible_probability(t, emitted, superseded, cdf: Callable):
     """The probability that the value emitted at ``emitted`` and superseded at ``superseded``
-    (None, or a null Column value: never) was the one visible at ``t``; with ``emitted`` None,
-    that nothing was. Times in ms; ``cdf`` is ``F``."""
-    shown = _unless_none(emitted, lambda e: cdf(t - e), 1.0)
-    gone = _unless_none(superseded, lambda e: cdf(t - e), 0.0)
+    (None or NaN: never) was the one visible at ``t``; with ``emitted`` None or NaN, that
+    nothing was. Times in ms, as numbers or numpy arrays; ``cdf`` is ``F``."""
+    shown = _unless_missing(emitted, lambda e: cdf(t - e), 1.0)
+    gone = _unless_missing(superseded, lambda e: cdf(t - e), 0.0)
     return shown - gone
 
 
-def _unless_none(x, f, default: float):
-    """``f(x)``, or ``default`` where ``x`` is None (a Column: null in that row)."""
-    if isinstance(x, Column):
-        return F.coalesce(f(x), F.lit(default))
-    return default if x is None else f(x)
+def _unless_missing(x, f: Callable, default: float):
+    """``f(x)``, or ``default`` where ``x`` is None or NaN."""
+    if x is None:
+        return default
+    x = np.asarray(x, dtype=float)
+    return np.where(np.isnan(x), default, f(np.nan_to_num(x)))[()]
 
 
 def cdf_of_values(quantiles: Sequence[float]) -> Callable:
@@ -69,14 +67,20 @@ def cdf_of_values(quantiles: Sequence[float]) -> Callable:
     return cdf
 
 
-def cdf_column(quantiles: Sequence[float]) -> Callable[[Column], Column]:
-    """``F`` as a Spark expression: :func:`cdf_of_values` over Arrow batches (numpy's
-    ``interp``; as a SQL expression, a search over 201 quantiles outgrows the 64 KB method
-    that Spark's code generation compiles). Null in, null out."""
+def visible_probability_column(
+    t: Column, emitted: Column, superseded: Column, quantiles: Sequence[float]
+) -> Column:
+    """:func:`visible_probability` over Spark Columns of epoch ms (null: none), with ``F``
+    from ``quantiles``: numpy over Arrow batches, one pass (as a SQL expression, a search over
+    201 quantiles outgrows the 64 KB method that Spark's code generation compiles)."""
     cdf = cdf_of_values(quantiles)
 
-    @F.pandas_udf("double")
-    def interpolated(x: pd.Series) -> pd.Series:
-        return pd.Series(cdf(x.to_numpy(dtype=float, na_value=np.nan)), index=x.index)
+    def numbers(column: pd.Series):
+        return column.to_numpy(dtype=float, na_value=np.nan)
 
-    return lambda x: interpolated(x.cast("double"))
+    @F.pandas_udf("double")
+    def probability(at: pd.Series, shown: pd.Series, gone: pd.Series) -> pd.Series:
+        p = visible_probability(numbers(at), numbers(shown), numbers(gone), cdf)
+        return pd.Series(p, index=at.index)
+
+    return probability(*(c.cast("double") for c in (t, emitted, superseded)))

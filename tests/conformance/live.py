@@ -85,6 +85,7 @@ class LiveParams:
     bound_ms: int = 5_000
     interval_ms: int = 200
     lateness_ms: int = 0
+    trigger: str = "default"  # or "per_record" (CountTrigger.of(1): every record fires)
     # Its timing: D2 (event to earliest read), consumer lag, D3 (firing to sink), sink jitter.
     d2_ms: int = 1_000
     lag_mean_ms: float = 500.0
@@ -114,6 +115,7 @@ class LiveParams:
             bound=self.bound_ms,
             interval=self.interval_ms,
             lateness=self.lateness_ms,
+            trigger=self.trigger,
             min_delay=self.d2_ms,
             operator_delay=self.d3_ms,
         )
@@ -365,7 +367,7 @@ def live_log(p: LiveParams, archive: pd.DataFrame | None = None) -> LiveLog:
             "watermark_emission": "periodic",
             "watermark_combine": "min",
             "allowed_lateness_ms": p.lateness_ms,
-            "trigger": "default",
+            "trigger": p.trigger,
             "flink": "2.3 (FlinkReplay: sources, valve, WindowOperator in its test harness)",
         },
         "timing": {
@@ -504,6 +506,7 @@ def main(argv: list[str] | None = None) -> None:
         "bound-ms": ("bound_ms", int),
         "interval-ms": ("interval_ms", int),
         "lateness-ms": ("lateness_ms", int),
+        "trigger": ("trigger", str),
         "slow-partition": ("slow_partition", int),
         "slow-from": ("slow_from_s", float),
         "slow-hours": ("slow_hours", float),
