@@ -26,9 +26,12 @@ def carry_forward(
     time: str,
     value: str,
     order: Sequence[str] = (),
+    successor: str | None = None,
 ) -> DataFrame:
     """``rows`` with a column ``value``: per ``keys``, the last ``value`` of ``values`` whose
-    ``time`` is at or before the row's, or null.
+    ``time`` is at or before the row's, or null. With ``successor`` (a column of ``values``),
+    a column of that name too: its first non-null value after the row, in the same order (the
+    next value's), or null; read in the same sorted pass.
 
     ``values`` has the columns ``keys``, ``time``, ``order`` and ``value`` (never null: a
     null value is skipped, not carried); ``rows`` has ``keys`` and ``time`` (and anything
@@ -42,11 +45,13 @@ def carry_forward(
         .orderBy(time, _SIDE, *order)
         .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     )
-    both = values.select(*keys, time, *order, value, F.lit(0).alias(_SIDE)).unionByName(
-        rows.select("*", F.lit(1).alias(_SIDE)), allowMissingColumns=True
-    )
+    next_ones = [successor] if successor else []
+    both = values.select(*keys, time, *order, value, *next_ones, F.lit(0).alias(_SIDE))
+    both = both.unionByName(rows.select("*", F.lit(1).alias(_SIDE)), allowMissingColumns=True)
+    carried = {value: F.last(value, ignorenulls=True).over(so_far)}
+    if successor:
+        in_order = Window.partitionBy(*keys).orderBy(time, _SIDE, *order)
+        carried[successor] = F.expr(f"lead(`{successor}`, 1) IGNORE NULLS").over(in_order)
     return (
-        both.withColumn(value, F.last(value, ignorenulls=True).over(so_far))
-        .where(F.col(_SIDE) == 1)
-        .select(*rows.columns, value)
+        both.withColumns(carried).where(F.col(_SIDE) == 1).select(*rows.columns, value, *next_ones)
     )

@@ -19,7 +19,7 @@ import operator
 from collections.abc import Sequence
 from functools import reduce
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.visibility import visible_probability_column
@@ -27,8 +27,6 @@ from feast_stream_backfill.carry_forward import carry_forward
 
 _T, _SEQ, _VALUE, _EMITTED = "_asof_t", "_asof_seq", "_asof_value", "_asof_emitted"
 _NEXT = "_asof_next"
-#: Before any emission: 0001-01-01, Spark's earliest timestamp.
-_EARLIEST_MS = -62135596800000
 
 
 def as_of_values(
@@ -91,8 +89,8 @@ def as_of_join(
     ``delays.quantiles``), a last column ``probability_name``: the probability that the live
     job had the row's values visible at its instant
     (:func:`~feast_stream_backfill.calibration.visibility.visible_probability`); null where
-    the ttl removed the value. It needs each emission's successor: one more sort, of the
-    emissions alone.
+    the ttl removed the value. The next emission after each row comes from the same sorted
+    pass.
     """
     names = list(output_names or features)
     on = [*keys, prediction_time]
@@ -117,9 +115,11 @@ def as_of_join(
         (F.col(sequence) if sequence else F.lit(0)).alias(_SEQ),
         F.struct(F.col(emission_time).alias(_EMITTED), *[F.col(f) for f in features]).alias(_VALUE),
     )
+    successor = None
     if residual_quantiles is not None:
-        written = _with_successors(written, sort_keys, t)
-    carried = carry_forward(rows, written, sort_keys, t, _VALUE, order=[_SEQ])
+        successor = _NEXT
+        written = written.withColumn(_NEXT, F.col(_VALUE)[_EMITTED])
+    carried = carry_forward(rows, written, sort_keys, t, _VALUE, order=[_SEQ], successor=successor)
     joinable = reduce(operator.and_, [F.col(c).isNotNull() for c in on])  # a join's rule
     found, fresh = joinable, F.lit(True)
     if ttl_seconds:
@@ -130,7 +130,7 @@ def as_of_join(
         chance = visible_probability_column(
             F.unix_millis(t),
             F.unix_millis(F.col(_VALUE)[_EMITTED]),
-            F.unix_millis(F.col(_VALUE)[_NEXT]),
+            F.unix_millis(F.col(_NEXT)),
             residual_quantiles,
         )
         unexpired = F.col(_VALUE)[_EMITTED].isNull() | fresh
@@ -141,31 +141,3 @@ def as_of_join(
         *[F.when(found, F.col(_VALUE)[f]).alias(n) for f, n in zip(features, names, strict=True)],
         *probability,
     )
-
-
-def _with_successors(written: DataFrame, keys: Sequence[str], t: str) -> DataFrame:
-    """Each emission's struct with ``_NEXT``, the time of its key's next emission (null for
-    the last), and per key one more row before every emission, its value's fields null and
-    ``_NEXT`` the key's first emission: what a prediction before it carries (nothing was
-    visible until that emission's write)."""
-    by_time = Window.partitionBy(*keys).orderBy(t, _SEQ)
-    fields = written.schema[_VALUE].dataType.fields
-    emitted = F.col(_VALUE)[_EMITTED]
-    neighbours = written.select(
-        "*",
-        F.lead(emitted).over(by_time).alias(_NEXT),
-        F.lag(emitted).over(by_time).isNull().alias("_first"),
-    )
-    own = F.struct(*[F.col(_VALUE)[f.name].alias(f.name) for f in fields], F.col(_NEXT))
-    before = F.struct(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in fields], emitted.alias(_NEXT)
-    )
-    itself = F.struct(*keys, t, _SEQ, own.alias(_VALUE))
-    earliest = F.struct(
-        *keys,
-        F.timestamp_millis(F.lit(_EARLIEST_MS)).alias(t),
-        F.lit(-1).alias(_SEQ),
-        before.alias(_VALUE),
-    )
-    rows = F.when(F.col("_first"), F.array(earliest, itself)).otherwise(F.array(itself))
-    return neighbours.select(F.explode(rows).alias("_row")).select("_row.*")
