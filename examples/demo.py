@@ -10,7 +10,13 @@
    also covers ``user_spend_5m_faulty``, the same job over a small second topic with a year-9999
    record and a partition silent for hours (a separate topic: in the main one, the year-9999
    record would defer a partition to year 9999 and stall the watermark, which would wreck the
-   other outputs above).
+   other outputs above);
+6. calibrate the view against its live job (``feast-stream-backfill calibrate``) and build the
+   training set again with each row's probability. Production is played by real Flink 2.3, the
+   conformance harness's replay (``tests.conformance.live``): the same job over the same
+   archive, read at processing times the backfill does not assume (D2 = 1 s plus a random
+   consumer lag, a restart from a checkpoint), its writes 50 ms plus jitter after each firing,
+   archived as the view's observed writes.
 
 Needs ``FSB_REDIS`` (host:port of a running Redis); ``scripts/demo.sh`` starts one.
 """
@@ -23,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -122,6 +129,74 @@ def explain(store: FeatureStore, predictions: str, data: Path) -> None:
         standalone_mode=False,
     )
     print(f"\nreport (open in a browser): {report}\ntimeline of u000000: {timeline}")
+
+
+def run_live_job(spark, archive: str, writes: str, restart_ms: int) -> dict:
+    """The view's job run as production ran it (see the module's docstring), failing at
+    ``restart_ms``; its writes archived at ``writes``, as ``features.py`` declares them.
+    Returns the truth."""
+    from tests.conformance.live import LiveParams, live_log
+
+    records = (
+        spark.read.format("delta")
+        .load(archive)
+        .dropDuplicates(["partition", "offset"])
+        .select(
+            "partition",
+            "offset",
+            F.unix_millis("event_time").alias("event_time"),
+            "user_id",
+            "amount",
+        )
+    )
+    params = LiveParams(requests_per_key_hour=0)
+    params = replace(params, restart_at_s=(restart_ms - params.start_ms) / 1000)
+    live = live_log(params, archive=records.toPandas())
+    stamps = ["window_start", "window_end", "processing_time", "write_time"]
+    frame = spark.createDataFrame(live.writes)
+    frame.withColumns({c: F.timestamp_millis(c) for c in stamps}).write.format("delta").mode(
+        "overwrite"
+    ).save(writes)
+    return live.truth
+
+
+def calibrate_view(
+    store: FeatureStore, spark, archive: str, predictions: str, data: Path, emissions: DataFrame
+):
+    """Production's writes, ``calibrate``, and the training set with probabilities. The
+    restart comes 30 s after the backfill's second firing instant, from a checkpoint a minute
+    before it: the windows of that firing are written twice."""
+    print("\nRunning the job as production ran it (real Flink, later reads, a restart)", flush=True)
+    instants = emissions.select(F.unix_millis("emit_time").alias("t")).distinct()
+    second = instants.orderBy("t").limit(2).collect()[-1]["t"]
+    truth = run_live_job(spark, archive, str(data / f"live/{VIEW}"), second + 30_000)
+    timing, restart = truth["timing"], truth["restart"]
+    print(
+        f"production: D2 {timing['d2_ms']} ms + consumer lag (mean {timing['lag']['mean_ms']:.0f} "
+        f"ms), D3 {timing['d3_ms']} ms + jitter, a restart at "
+        f"{datetime.fromtimestamp(restart['failed_at_ms'] / 1000, timezone.utc):%H:%M:%S} "
+        f"from the checkpoint of a minute before; {truth['writes']['rows']:,} writes"
+    )
+    picture = data / "calibration.png"
+    print(f"$ feast-stream-backfill calibrate {VIEW} -o {picture}", flush=True)
+    cli.cli.main(
+        ["--chdir", str(REPO), "calibrate", VIEW, "-o", str(picture)], standalone_mode=False
+    )
+    entity_sql = f"SELECT user_id, event_timestamp FROM delta.`{predictions}`"
+    job = store.get_historical_features(entity_df=entity_sql, features=[f"{VIEW}:spend_5m"])
+    rows = job.with_probabilities().to_spark_df()
+    chance = F.col(f"{VIEW}__visible_probability")
+    verdict = rows.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(chance < 0.95, 1)).alias("uncertain"),
+        F.avg(chance).alias("mean"),
+    ).first()
+    print(
+        f"training rows with probabilities: {verdict['rows']:,}; uncertain (probability < 0.95) "
+        f"{verdict['uncertain']:,} ({verdict['uncertain'] / max(verdict['rows'], 1):.2%}); "
+        f"mean probability {verdict['mean']:.4f}"
+    )
+    print(f"calibration picture: {picture}")
 
 
 def same_value(a, b):
@@ -235,6 +310,7 @@ def main() -> None:
         f"fees_5m={fees.to_dict()['fees_5m'][0]:.2f}"
     )
     explain(store, predictions, data)
+    calibrate_view(store, spark, archive, predictions, data, emissions)
     print(f"wall time {time.monotonic() - started:.0f} s")
     if any(mismatches.values()):
         sys.exit("the online store disagrees with the training join")

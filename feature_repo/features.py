@@ -30,8 +30,10 @@ from feast_stream_backfill.enrichment import Lookup, ScdTable
 from feast_stream_backfill.feast_plugin import (
     archive_tags,
     backfill_tags,
+    calibration_tags,
     derived_tags,
     lookup_tags,
+    observed_writes_tags,
 )
 
 user = Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)
@@ -76,7 +78,20 @@ user_spend_5m = StreamFeatureView(
         Aggregation(column="amount", function="max", time_window=WINDOW, name="max_amount_5m"),
     ],
     timestamp_field="event_time",
-    tags=backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+    tags={
+        **backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+        **calibration_tags("user_spend_5m_writes"),
+    },
+)
+
+# What the live job wrote: its output topic as archived, one row per write, with the write time
+# and the firing's own processing time (`feast-stream-backfill calibrate user_spend_5m`).
+user_spend_5m_writes = FileSource(
+    name="user_spend_5m_writes",
+    path="data/live/user_spend_5m",
+    file_format=DeltaFormat(),
+    timestamp_field="write_time",
+    tags=observed_writes_tags(processing_time_column="processing_time"),
 )
 
 # State for enrichment: the users' fee tiers, an SCD type II table (Delta).

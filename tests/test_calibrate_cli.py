@@ -48,15 +48,15 @@ DECLARED = """
 
 from feast_stream_backfill.feast_plugin import calibration_tags, observed_writes_tags
 
-user_spend_5m_writes = FileSource(
-    name="user_spend_5m_writes",
+user_spend_5m_writes_renamed = FileSource(
+    name="user_spend_5m_writes_renamed",
     path="data/live/user_spend_5m",
     file_format=DeltaFormat(),
     timestamp_field="written_at",
     field_mapping={"spend": "spend_5m"},
     tags=observed_writes_tags(processing_time_column="fired_at"),
 )
-user_spend_5m.tags.update(calibration_tags("user_spend_5m_writes"))
+user_spend_5m.tags.update(calibration_tags("user_spend_5m_writes_renamed"))
 """
 
 

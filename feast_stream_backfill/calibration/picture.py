@@ -63,8 +63,11 @@ def _cells(ax, cells: pd.DataFrame | None) -> None:
     centre = cells["median_ms"].median()
     grid = cells.pivot_table(index="partition", columns="hour", values="median_ms") - centre
     grid = grid.reindex(sorted(grid.index, key=_partition_order))
+    seconds = grid.to_numpy() / 1000
+    # at least a second of scale: cells within ms of each other are not worth a colour
+    top = max(1.0, float(np.nanmax(seconds)) if np.isfinite(seconds).any() else 1.0)
     image = ax.imshow(
-        grid.to_numpy() / 1000, aspect="auto", cmap="magma_r", vmin=0, interpolation="nearest"
+        seconds, aspect="auto", cmap="magma_r", vmin=0, vmax=top, interpolation="nearest"
     )
     ax.set_yticks(range(len(grid.index)), grid.index)
     ax.set_ylabel("partition")
