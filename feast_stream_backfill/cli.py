@@ -327,12 +327,15 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
 @click.option("-o", "--output", default="calibration.png", show_default=True, help="PNG file.")
 @click.pass_obj
 def calibrate(ctx: Context, view, output) -> None:
-    """The backfill against the live job's writes (the view's observed writes): fitted
-    delays with intervals, values not reproduced, partitions and hours that stand out, and
+    """The backfill against the live job: its writes (the view's observed writes) and the
+    requests Feast logged for the view. Fitted delays with intervals, values not reproduced,
+    partitions and hours that stand out, the share of training values that are uncertain, and
     the tags to set. The fit is kept beside the view's emission log."""
     from feast_stream_backfill.calibration import calibrate as calibrate_view
     from feast_stream_backfill.calibration.picture import draw_calibration
     from feast_stream_backfill.feast_plugin.observed_writes import (
+        OBSERVED_WRITES,
+        observed_serves,
         observed_writes,
         view_calibration_path,
     )
@@ -343,12 +346,20 @@ def calibrate(ctx: Context, view, output) -> None:
         spark = spark_for(store.config)
         try:
             writes = observed_writes(store, feature_view, spark)
+            serves = observed_serves(store, feature_view, spark)
             path = view_calibration_path(store, feature_view)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
+        if writes is None and serves is None:
+            raise click.UsageError(
+                f"stream feature view {view!r}: nothing to calibrate against: no "
+                f"{OBSERVED_WRITES!r} tag naming the FileSource of the live job's writes "
+                "(calibration_tags), and no feature service serving it logs requests "
+                "(LoggingConfig with a FileLoggingDestination)"
+            )
         emissions = emissions_for(store.config, feature_view)
-        step("pairing the live job's writes with the emissions")
-        calibration = calibrate_view(spark, job, writes, emissions)
+        step("placing the live job's writes and requests among the emissions")
+        calibration = calibrate_view(spark, job, writes, emissions, serves)
         step("drawing")
         calibration.store(spark, path)
         draw_calibration(calibration, f"{view}: the live job against the backfill").savefig(

@@ -57,7 +57,28 @@ user_spend_5m_writes_renamed = FileSource(
     tags=observed_writes_tags(processing_time_column="fired_at"),
 )
 user_spend_5m.tags.update(calibration_tags("user_spend_5m_writes_renamed"))
+
+from feast import FeatureService
+from feast.feature_logging import LoggingConfig
+from feast.infra.offline_stores.file_source import FileLoggingDestination
+
+spend_served = FeatureService(
+    name="spend_served",
+    features=[user_spend_5m],
+    logging_config=LoggingConfig(destination=FileLoggingDestination(path="data/served")),
+)
 """
+# Requests Feast logged for the view (user, instant, the spend served; the other features as
+# the backfill has them for that value): u1's first value served 5 s after the backfill's
+# emission (written by then), u1's first value again 1 s after its second emission (not yet
+# written), u2's second value 6 s after it, and nothing for u1 before its first emission.
+SERVED = [
+    ("u1", "10:07:05", 30.0),
+    ("u1", "10:13:01", 30.0),
+    ("u2", "10:13:06", 5.0),
+    ("u1", "10:06:00", None),
+]
+VALUES = {30.0: (2, 15.0, 20.0), 5.0: (1, 5.0, 5.0), None: (None, None, None)}
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +118,27 @@ def repo(tmp_path_factory, spark):
         F.to_timestamp("w").alias("written_at"),
         (F.to_timestamp("w") - F.expr("INTERVAL 1 SECOND")).alias("fired_at"),
     ).write.format("delta").save(str(path / "data/live/user_spend_5m"))
+    served = [(u, day + t, v, *VALUES[v], 3 if v is None else 1) for u, t, v in SERVED]
+    spark.createDataFrame(
+        served,
+        "user_id string, t string, s double, n long, m double, x double, status int",
+    ).select(
+        "user_id",
+        F.to_timestamp("t").alias("__log_timestamp"),
+        *(
+            column
+            for feature, value in [
+                ("spend_5m", "s"),
+                ("transactions_5m", "n"),
+                ("mean_amount_5m", "m"),
+                ("max_amount_5m", "x"),
+            ]
+            for column in (
+                F.col(value).alias(f"user_spend_5m__{feature}"),
+                F.col("status").alias(f"user_spend_5m__{feature}__status"),
+            )
+        ),
+    ).write.parquet(str(path / "data/served"))
     spark.createDataFrame(
         [("u1", "2026-01-01 00:00:00", 0.02)], "user_id string, ts string, fee_rate double"
     ).select(
@@ -136,6 +178,14 @@ def test_calibrate_fits_the_delays_keeps_the_fit_and_draws_it(repo, spark, calib
     assert "1 repeat a value" in out
     # delays 2, 3, 4, 5 s: the median read by percentile_approx is the lower middle one
     assert "write time - backfilled emit time: +3.000 s" in out
+    # the requests, placed: two as the backfill, one its previous value, one before the first
+    assert (
+        "requests read 4: served the backfill's value 2, its previous value 1, its next 0, "
+        "nothing before the first 1; none of these 0 (0.00%)"
+    ) in out
+    # Under the writes' residuals (2-5 s), the requests at 5 s, 1 s, 6 s past their value's
+    # emission and 60 s before the first: 1 s is uncertain (F = 0), the others sure.
+    assert "training values uncertain (probability < 0.95): 25.00% of the logged requests" in out
     assert "firing to write (D3): +1.000 s" in out
     assert "read later than the backfill assumes (D2): +2.000 s" in out
     assert "tags to set: min_delay=2000 ms, operator_delay=1000 ms" in out
@@ -143,6 +193,7 @@ def test_calibrate_fits_the_delays_keeps_the_fit_and_draws_it(repo, spark, calib
         spark, str(repo / "data/emission_log/payments/user_spend_5m_calibration")
     )
     assert kept.counts.matched == 4 and kept.delays.sink.median == 1000
+    assert kept.serves.counts.requests == 4 and kept.uncertain.share == 0.25
     image = imread(picture)
     assert image.shape[0] > 300 and image[..., :3].std() > 0.05  # drawn, not blank
 

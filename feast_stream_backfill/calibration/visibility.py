@@ -25,6 +25,9 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.fit import LEVELS
 
+#: A training value is uncertain where the live job had it visible with a lower probability.
+UNCERTAIN_BELOW = 0.95
+
 
 def visible_probability(t, emitted, superseded, cdf: Callable):
     """The probability that the value emitted at ``emitted`` and superseded at ``superseded``
