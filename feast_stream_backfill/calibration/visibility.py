@@ -25,6 +25,10 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.fit import LEVELS
 
+#: A value visible with a probability below this is *uncertain*: the live job may well have
+#: shown another.
+UNCERTAIN_BELOW = 0.95
+
 
 def visible_probability(t, emitted, superseded, cdf: Callable):
     """The probability that the value emitted at ``emitted`` and superseded at ``superseded``
