@@ -44,6 +44,7 @@ from examples.generate import (
     generate_user_tiers,
 )
 from feast_stream_backfill import cli
+from feast_stream_backfill.calibration.visibility import UNCERTAIN_BELOW
 from feast_stream_backfill.emission_store import dropped_path, stored_metadata
 from feast_stream_backfill.feast_plugin.consistency import compare
 from feast_stream_backfill.spark import get_spark
@@ -188,11 +189,12 @@ def calibrate_view(
     chance = F.col(f"{VIEW}__visible_probability")
     verdict = rows.agg(
         F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(chance < 0.95, 1)).alias("uncertain"),
+        F.count(F.when(chance < UNCERTAIN_BELOW, 1)).alias("uncertain"),
         F.avg(chance).alias("mean"),
     ).first()
     print(
-        f"training rows with probabilities: {verdict['rows']:,}; uncertain (probability < 0.95) "
+        f"training rows with probabilities: {verdict['rows']:,}; uncertain (probability "
+        f"< {UNCERTAIN_BELOW}) "
         f"{verdict['uncertain']:,} ({verdict['uncertain'] / max(verdict['rows'], 1):.2%}); "
         f"mean probability {verdict['mean']:.4f}"
     )

@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from feast import FeatureStore, StreamFeatureView
     from pyspark.sql import DataFrame, SparkSession
+
+    from feast_stream_backfill.calibration import Calibration
 
 from feast_stream_backfill.explain.predictions import PredictionsTable
 
@@ -190,6 +193,21 @@ def _predictions(spark: SparkSession, table: PredictionsTable | None) -> DataFra
     return None if table is None else table.read(spark)
 
 
+def _calibration(
+    store: FeatureStore, view: StreamFeatureView, spark: SparkSession
+) -> Calibration | None:
+    """The view's calibration as ``calibrate`` keeps it; None where none is kept (an offline
+    store without emission logs keeps none)."""
+    from feast_stream_backfill.calibration import load_calibration
+    from feast_stream_backfill.feast_plugin.observed_writes import view_calibration_path
+
+    try:
+        path = view_calibration_path(store, view)
+    except ValueError:
+        return None
+    return load_calibration(spark, path)
+
+
 def _cells(bounds: str | None, lateness: str | None, idle: str | None, job):
     from feast_stream_backfill.explain.advisor import grid
 
@@ -262,21 +280,29 @@ def advise(ctx: Context, view, bounds, lateness, idle, predictions, prediction_t
 @click.option("-o", "--output", default="timeline.png", show_default=True, help="PNG file.")
 @click.pass_obj
 def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
-    """One key's records, watermark, windows, firings and values over time (PNG)."""
+    """One key's records, watermark, windows, firings and values over time (PNG); where the
+    view is calibrated, shaded where the live job likely showed another value."""
+    from feast_stream_backfill.calibration.visibility import UNCERTAIN_BELOW
     from feast_stream_backfill.explain.timeline import draw_key_timeline, key_timeline
 
     with ctx.guarded("timeline"), _progress(2, "reading the archive") as step:
-        _, _, prepared, _ = ctx.load(view)
+        store, feature_view, prepared, spark = ctx.load(view)
         key = parse_key(key_text, list(prepared.job.keys))
+        calibration = _calibration(store, feature_view, spark)
+        delays = None if calibration is None else calibration.delays
         step("computing the timeline")
         try:
             drawn = key_timeline(prepared, key, feature, parse_time(start), parse_time(end))
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
         step("drawing")
-        draw_key_timeline(drawn).savefig(output, dpi=100)
+        draw_key_timeline(drawn, None if delays is None else delays.quantiles).savefig(
+            output, dpi=100
+        )
         prepared.release()
-    click.echo(f"{len(drawn.emissions):,} firings of {key} drawn to {output}")
+    shaded = f"; shaded where the live job showed it with P < {UNCERTAIN_BELOW:g}"
+    shaded = "" if delays is None else shaded
+    click.echo(f"{len(drawn.emissions):,} firings of {key} drawn to {output}{shaded}")
 
 
 @cli.command()
@@ -289,7 +315,8 @@ def timeline(ctx: Context, view, key_text, start, end, feature, output) -> None:
 @click.option("-o", "--output", default="report.html", show_default=True, help="HTML file.")
 @click.pass_obj
 def report(ctx: Context, views, bounds, lateness, key_text, predictions, prediction_time, output):
-    """One self-contained HTML page: advice, anomalies and pictures for each view."""
+    """One self-contained HTML page: advice, anomalies and pictures for each view, and each
+    view against the live job where it is calibrated."""
     from feast_stream_backfill.explain.advisor import grid
     from feast_stream_backfill.explain.memory import cells_per_pass
     from feast_stream_backfill.explain.report import findings, render_html, view_report
@@ -297,7 +324,7 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
     reports = []
     for name in views:
         with ctx.guarded("report"), _progress(9, f"{name}: reading the archive") as step:
-            _, feature_view, prepared, spark = ctx.load(name)
+            store, feature_view, prepared, spark = ctx.load(name)
             job = prepared.job
             b = (
                 parse_durations(bounds)
@@ -310,8 +337,18 @@ def report(ctx: Context, views, bounds, lateness, key_text, predictions, predict
             ttl = feature_view.ttl.total_seconds() if feature_view.ttl else None
             points = _predictions(spark, predictions)
             per_pass = cells_per_pass(spark)
+            calibration = _calibration(store, feature_view, spark)
             made = view_report(
-                prepared, name, cells, points, ttl, key, step, per_pass, prediction_time
+                prepared,
+                name,
+                cells,
+                points,
+                ttl,
+                key,
+                step,
+                per_pass,
+                prediction_time,
+                calibration,
             )
             prepared.release()
         reports.append(made)

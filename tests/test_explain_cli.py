@@ -1,9 +1,11 @@
 """The console script on a real feature repo: every subcommand's --help, advise, timeline,
-report (one self-contained page, opened in headless Chromium) and check."""
+report (one self-contained page, opened in headless Chromium, with the view's calibration) and
+check."""
 
 from __future__ import annotations
 
 import base64
+import html
 import re
 import shutil
 import subprocess
@@ -11,14 +13,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from feast.repo_config import load_repo_config
 from feast.repo_operations import apply_total
+from matplotlib.figure import Figure
 from matplotlib.image import imread
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.calibration import Calibration
+from feast_stream_backfill.calibration.fit import LEVELS, Counts, Delay, Delays
 from feast_stream_backfill.cli import cli, parse_durations, parse_key
+from feast_stream_backfill.explain.anomalies import Anomalies
+from feast_stream_backfill.explain.report import ViewReport, render_html
 
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 # (partition, offset, event time, user, amount); B = 5 s, 5-minute windows, no lateness.
@@ -151,16 +159,33 @@ def test_advise(repo):
     ]
 
 
-def test_timeline_and_report(repo, tmp_path):
+def test_timeline_and_report(repo, spark, tmp_path):
     png = tmp_path / "u1.png"
     result = run(repo, "timeline", "user_spend_5m", "--key", "u1", "-o", str(png))
     assert result.exit_code == 0, result.output
-    assert png.stat().st_size > 10_000 and "drawn to" in result.output
+    assert png.stat().st_size > 10_000 and result.output.strip().endswith(f"drawn to {png}")
+    # The view calibrated (where `calibrate` keeps it): writes 0 to 10 s after the emissions.
+    calibration = Calibration(
+        Counts(4, 4, 0, 0, 0, 0),
+        Delays(Delay(5_000, 4_000, 6_000, (500, 9_500)), None, None, [10_000 * x for x in LEVELS]),
+        {"operator_delay": "5000 ms"},
+        [],
+        None,
+    )
+    kept = repo / "data/emission_log/payments/user_spend_5m_calibration"
+    calibration.store(spark, str(kept))
     page = tmp_path / "report.html"
     # L = 0 alone: the default Bs (0, the job's, 30 s) without the sorted path's lateness cells
-    result = run(repo, "report", "user_spend_5m", "--L", "0", "-o", str(page))
+    try:
+        result = run(repo, "report", "user_spend_5m", "--L", "0", "-o", str(page))
+    finally:
+        shutil.rmtree(kept)
     assert result.exit_code == 0, result.output
     text = page.read_text()
+    against = text.index("<h3>Against the live job</h3>")
+    assert text.index("What to look at") < against < text.index("Watermark bound B")
+    assert all(html.escape(line) in text[against:] for line in calibration.summary())
+    assert "has no calibration" not in text
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', text)
     assert len(images) == 2 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)
     assert text.count("<table") >= 2 and "What to look at" in text
@@ -188,6 +213,16 @@ def test_timeline_and_report(repo, tmp_path):
     pixels = imread(shot)[..., :3]
     ink = (pixels.mean(axis=2) < 0.9).mean()  # share of pixels that are not near white
     assert 0.01 < ink < 0.9 and len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50
+
+
+def test_a_view_without_calibration_is_told_how_to_make_one():
+    nothing = pd.DataFrame()
+    found = Anomalies(nothing, {"ahead": 0, "behind": 0}, nothing, nothing, 0, 0)
+    view = ViewReport("user_spend_5m", nothing, found, Figure(), {"user_id": "u1"}, Figure(), "")
+    text = render_html([view])
+    assert "Against the live job" not in text
+    assert "user_spend_5m has no calibration" in text
+    assert "<code>feast-stream-backfill calibrate user_spend_5m</code>" in text
 
 
 def test_check_counts_mismatches_before_materialization(repo):

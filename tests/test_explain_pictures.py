@@ -1,11 +1,15 @@
-"""Pictures, checked through matplotlib's objects: firings drawn, legend entries, binning."""
+"""Pictures, checked through matplotlib's objects: firings drawn, legend entries, binning,
+the live job's uncertainty shaded."""
 
 from __future__ import annotations
 
+import matplotlib.dates as mdates
+import numpy as np
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
 from feast_stream_backfill import Aggregation, ArchivedTopic, StreamJob, TumblingWindows
+from feast_stream_backfill.calibration.fit import LEVELS
 from feast_stream_backfill.explain.prepared import prepare
 from feast_stream_backfill.explain.samples import watermark_samples
 from feast_stream_backfill.explain.timeline import (
@@ -42,9 +46,21 @@ def firings_drawn(ax) -> dict[str, int]:
     }
 
 
-def test_key_timeline_draws_each_firing(spark, tmp_path):
-    # As the advisor's hand-computed case: with L = 5 s, [0, 10) fires on time at 12 s and
-    # late at 12 s (the record at 5 s), [10, 20) at 25 s; [20, 30) is pending.
+def shaded(ax) -> list[tuple[int, int]]:
+    """The spans shaded across the panel, in ms."""
+    epoch = mdates.date2num(np.datetime64(0, "ms"))
+    spans = []
+    for collection in ax.collections:
+        for path in collection.get_paths():
+            x = (path.vertices[:, 0] - epoch) * 86_400_000
+            spans.append((round(x.min()), round(x.max())))
+    return spans
+
+
+@pytest.fixture(scope="module")
+def late_firing(spark):
+    """As the advisor's hand-computed case: with L = 5 s, [0, 10) fires on time at 12 s and
+    late at 12 s (the record at 5 s), [10, 20) at 25 s; [20, 30) is pending."""
     rows = [
         (0, 0, 1_000, "u1", 1.0),
         (0, 1, 12_000, "u1", 2.0),
@@ -52,8 +68,12 @@ def test_key_timeline_draws_each_firing(spark, tmp_path):
         (0, 3, 25_000, "u1", 8.0),
     ]
     prepared = prepare(spark, job_of(archive(spark, rows), lateness=5_000))
-    timeline = key_timeline(prepared, {"user": "u1"})
-    fig = draw_key_timeline(timeline)
+    yield key_timeline(prepared, {"user": "u1"})
+    prepared.release()
+
+
+def test_key_timeline_draws_each_firing(late_firing, tmp_path):
+    fig = draw_key_timeline(late_firing)
     top, bottom = fig.axes
     assert firings_drawn(top) == {"on-time firings (2)": 2, "late firings (1)": 1}
     assert legend(top) == [
@@ -72,9 +92,31 @@ def test_key_timeline_draws_each_firing(spark, tmp_path):
     # right edge.
     assert list(bottom.get_lines()[0].get_ydata()) == [1.0, 5.0, 2.0, 2.0]
     assert list(bottom.get_lines()[1].get_ydata()) == [5.0, 2.0, 8.0, 8.0]
+    assert shaded(bottom) == []  # no residual distribution given: nothing shaded
     fig.savefig(tmp_path / "u1.png")
     assert (tmp_path / "u1.png").stat().st_size > 10_000
-    prepared.release()
+
+
+@pytest.mark.parametrize(
+    "low, high, expected",
+    [
+        # F(x) = x / 10 s on [0, 10 s]. From 12 s the value of the late firing shows with
+        # P = F(t - 12 s) (25 s is too far off to matter): below 0.95 until 21.5 s; from 25 s,
+        # F(t - 25 s): until 34.5 s.
+        (0, 10_000, [(12_000, 21_500), (25_000, 34_500)]),
+        # F(x) = 0.5 + x / 10 s on [-5 s, 5 s]: the live job may write before the backfill
+        # emits. Before 12 s nothing shows with P = 1 - F(t - 12 s): below 0.95 from 7.5 s.
+        # From 12 s, P = F(t - 12 s) - F(t - 25 s) = 0.5 + (t - 12 s) / 10 s until 16.5 s, 1
+        # from 17 s to 20 s, then 1 - (t - 20 s) / 10 s, below 0.95 from 20.5 s; from 25 s,
+        # F(t - 25 s): until 29.5 s.
+        (-5_000, 5_000, [(7_500, 16_500), (20_500, 29_500)]),
+    ],
+)
+def test_the_live_jobs_uncertainty_is_shaded(late_firing, low, high, expected):
+    uniform = [low + level * (high - low) for level in LEVELS]
+    bottom = draw_key_timeline(late_firing, uniform).axes[1]
+    assert shaded(bottom) == expected
+    assert legend(bottom)[-1] == "live job uncertain (P < 0.95)"
 
 
 def test_dropped_records_are_marked(spark):

@@ -25,7 +25,8 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.fit import LEVELS
 
-#: A training value is uncertain where the live job had it visible with a lower probability.
+#: A value visible with a probability below this is *uncertain*: the live job may well have
+#: shown another.
 UNCERTAIN_BELOW = 0.95
 
 

@@ -1,6 +1,7 @@
 """One self-contained HTML page per run: for each view, what to look at first (the anomalies
-named with their effects), the advisor's table, the anomaly tables, the job's watermark picture
-and its hottest key's timeline, inlined as base64 PNGs (the page needs no other file)."""
+named with their effects), the view against the live job (its calibration, where one is kept),
+the advisor's table, the anomaly tables, the job's watermark picture and its hottest key's
+timeline, inlined as base64 PNGs (the page needs no other file)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from matplotlib.figure import Figure
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from feast_stream_backfill.calibration import Calibration
+from feast_stream_backfill.calibration.visibility import UNCERTAIN_BELOW
 from feast_stream_backfill.explain.advisor import Cell, advise
 from feast_stream_backfill.explain.anomalies import Anomalies, anomalies
 from feast_stream_backfill.explain.prepared import Prepared
@@ -30,6 +33,9 @@ from feast_stream_backfill.explain.timeline import (
 
 @dataclass
 class ViewReport:
+    """One view's section; ``calibration``: the view against the live job (None: never
+    calibrated), its residual distribution shading the key's timeline."""
+
     name: str
     advice: pd.DataFrame
     anomalies: Anomalies
@@ -37,6 +43,7 @@ class ViewReport:
     key: Mapping[str, object]
     key_picture: Figure
     plan: str
+    calibration: Calibration | None = None
 
 
 def hottest_key(prepared: Prepared) -> dict[str, object]:
@@ -64,6 +71,7 @@ def view_report(
     progress: Callable[[str], None] = lambda step: None,
     cells_per_pass: int | None = None,
     prediction_time: str = "event_timestamp",
+    calibration: Calibration | None = None,
 ) -> ViewReport:
     advice = advise(
         prepared,
@@ -81,14 +89,16 @@ def view_report(
     key = key or hottest_key(prepared)
     progress(f"timeline of {dict(key)}")
     timeline = key_timeline(prepared, key)
+    delays = None if calibration is None else calibration.delays
     return ViewReport(
         name,
         advice,
         found,
         draw_job_watermark(samples, name),
         key,
-        draw_key_timeline(timeline),
+        draw_key_timeline(timeline, None if delays is None else delays.quantiles),
         prepared.plan.explain(),
+        calibration,
     )
 
 
@@ -148,6 +158,25 @@ def _image(alt: str, fig: Figure) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png_base64(fig)}">'
 
 
+def _against_live_job(report: ViewReport) -> str:
+    """The calibration's findings; for a view without one, how to make it."""
+    name = html.escape(report.name)
+    if report.calibration is None:
+        return (
+            f'<p class="note">{name} has no calibration against the live job: '
+            f"<code>feast-stream-backfill calibrate {name}</code> makes one (see the guide "
+            "docs/guides/calibration.md).</p>"
+        )
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in report.calibration.summary())
+    shaded = (
+        ""
+        if report.calibration.delays is None
+        else "<p>The timeline below is shaded where the live job showed the backfill's value "
+        f"with a probability below {UNCERTAIN_BELOW:g}.</p>"
+    )
+    return f'<h3>Against the live job</h3><ul class="calibration">{lines}</ul>{shaded}'
+
+
 def _section(report: ViewReport) -> str:
     found = report.anomalies
     items = "".join(f"<li>{html.escape(line)}</li>" for line in findings(found)) or "<li>none</li>"
@@ -157,6 +186,7 @@ def _section(report: ViewReport) -> str:
 <section id="{html.escape(report.name)}">
 <h2>{html.escape(report.name)}</h2>
 <h3>What to look at</h3><ul class="findings">{items}</ul>
+{_against_live_job(report)}
 <h3>Watermark bound B and allowed lateness L: what each costs</h3>
 <p>Records dropped and pending count (record, window) pairs; delay is emit time minus the window's
 end, in seconds; wrong: prediction points whose value differs from a naive event-time join.</p>
@@ -184,7 +214,7 @@ th, td { padding: 0.25em 0.7em; border-bottom: 1px solid #ddd; text-align: right
 th { background: #f0f0f0; }
 img { max-width: 100%; border: 1px solid #ddd; }
 ul.findings li { margin: 0.3em 0; }
-ul.notes { color: #666; font-size: 0.85em; }
+ul.notes, p.note { color: #666; font-size: 0.85em; }
 """
 
 

@@ -5,15 +5,18 @@ A key's timeline has processing time across. Above, its records at their event t
 window's span (event time) from its first record to its last firing, every firing as a vertical
 bar over its window (on time, late, per record) and the dropped records. Below, the value the
 online store holds over time (the emission log as an upsert sink keeps it) and the value a
-naive event-time join would use (every record of a window, visible from the window's end).
-Firings, records and watermark are the core's own, for this key: the windows are judged by
-the strategy in processing order (:meth:`AlignedInProcessingOrder.judge`) against the watermark
-of every record, so the picture and the emission log agree.
+naive event-time join would use (every record of a window, visible from the window's end);
+given the view's calibrated residual distribution, shaded where the live job showed the
+backfill's value with a probability below
+:data:`~feast_stream_backfill.calibration.visibility.UNCERTAIN_BELOW`. Firings, records and
+watermark are the core's own, for this key: the windows are judged by the strategy in
+processing order (:meth:`AlignedInProcessingOrder.judge`) against the watermark of every
+record, so the picture and the emission log agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -29,6 +32,11 @@ from matplotlib.figure import Figure  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from feast_stream_backfill.calibration.visibility import (  # noqa: E402
+    UNCERTAIN_BELOW,
+    cdf_of_values,
+    visible_probability,
+)
 from feast_stream_backfill.columns import (  # noqa: E402
     EVENT_TIME,
     POSITION,
@@ -52,6 +60,8 @@ from feast_stream_backfill.window_operator import firings  # noqa: E402
 DENSE = 2_000
 #: At most this many watermark points are drawn (the highest per time bucket).
 WATERMARK_POINTS = 2_000
+#: The live job's uncertainty is solved for this many of a key's emissions at a time.
+EMISSIONS_PER_PASS = 2_000
 #: (colour, legend label, line width): late firings narrower, so that an on-time firing of the
 #: same window at the same instant shows around them.
 FIRING_STYLE = {
@@ -204,8 +214,58 @@ def _dates(ms: pd.Series | np.ndarray | list) -> np.ndarray:
     return np.asarray(ms, dtype="int64").astype("datetime64[ms]")
 
 
-def draw_key_timeline(timeline: KeyTimeline) -> Figure:
-    """The picture: records, watermark, windows and firings above; values below."""
+def uncertain_spans(timeline: KeyTimeline, quantiles: Sequence[float]) -> pd.DataFrame:
+    """Where in ``lo, hi`` the value the backfill shows for the key (its latest emission; none
+    before the first) was visible in the live job with a probability below
+    :data:`~feast_stream_backfill.calibration.visibility.UNCERTAIN_BELOW`, under the residual
+    distribution of ``quantiles``: ``start, end`` (ms), in order, disjoint.
+
+    Solved exactly rather than sampled on a grid, so that a band of a second in a picture of
+    hours is neither lost between samples nor widened to one: ``F`` is linear between its
+    quantiles, so the probability is linear between the instants where an emission, or an
+    emission plus a quantile, falls, and each such piece crosses the threshold at most once.
+    The span is solved in passes of :data:`EMISSIONS_PER_PASS` emissions, each with the
+    emissions shown in it and the one after: a pass holds a few values per quantile and
+    emission, whatever the key's count."""
+    cdf = cdf_of_values(quantiles)
+    knots = np.unique(np.asarray(quantiles, dtype=float))
+    emitted = np.sort(timeline.emissions["emit_time"].to_numpy(dtype=float))
+    # The emission shown at t and the one after it (NaN: none), by the count emitted by t.
+    around = np.concatenate([[np.nan], emitted, [np.nan]])
+
+    def probability(t: np.ndarray) -> np.ndarray:
+        shown = np.searchsorted(emitted, t, side="right")
+        return visible_probability(t, around[shown], around[shown + 1], cdf)
+
+    lo, hi = float(timeline.lo), float(timeline.hi)
+    cuts = np.unique(np.clip([lo, *emitted[::EMISSIONS_PER_PASS], hi], lo, hi))
+    found = [np.empty((0, 2))]
+    for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True):
+        first = max(np.searchsorted(emitted, c0, side="right") - 1, 0)
+        near = emitted[first : np.searchsorted(emitted, c1) + 1]
+        edges = np.unique(np.concatenate([[c0, c1], near, (near[:, None] + knots).ravel()]))
+        edges = edges[(edges >= c0) & (edges <= c1)]
+        a, b = edges[:-1], edges[1:]
+        p_a = probability(a)
+        p_b = 2 * probability((a + b) / 2) - p_a  # the limit at b from the left: linear
+        with np.errstate(divide="ignore", invalid="ignore"):  # used where one end is below
+            crossing = a + (UNCERTAIN_BELOW - p_a) / (p_b - p_a) * (b - a)
+        start = np.where(p_a < UNCERTAIN_BELOW, a, crossing)
+        end = np.where(p_b < UNCERTAIN_BELOW, b, crossing)
+        found.append(_joined(start[end > start], end[end > start]))
+    return pd.DataFrame(_joined(*np.concatenate(found).T), columns=["start", "end"])
+
+
+def _joined(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Spans in order, each continuing the one before joined to it: rows ``start, end``."""
+    continued = np.flatnonzero(start[1:] == end[:-1])
+    return np.column_stack([np.delete(start, continued + 1), np.delete(end, continued)])
+
+
+def draw_key_timeline(timeline: KeyTimeline, quantiles: Sequence[float] | None = None) -> Figure:
+    """The picture: records, watermark, windows and firings above; values below, shaded
+    where the live job was uncertain when ``quantiles`` (the view's calibrated residual
+    distribution, :attr:`~feast_stream_backfill.calibration.fit.Delays.quantiles`) are given."""
     fig = Figure(figsize=(12, 7.5), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
     key = ", ".join(f"{k}={v}" for k, v in timeline.key.items())
@@ -258,7 +318,7 @@ def draw_key_timeline(timeline: KeyTimeline) -> Figure:
     _firings(top, timeline.emissions)
     top.set_ylabel("event time")
     top.legend(loc="upper left", fontsize=8)
-    _values(bottom, timeline)
+    _values(bottom, timeline, quantiles)
     bottom.set_xlabel("processing time")
     bottom.set_xlim(_dates([timeline.lo, timeline.hi]))
     return fig
@@ -298,7 +358,23 @@ def _firings(ax, emissions: pd.DataFrame) -> None:
             )
 
 
-def _values(ax, timeline: KeyTimeline) -> None:
+def _uncertain(ax, spans: pd.DataFrame) -> None:
+    """The spans shaded the panel's full height (x in data, y in axes coordinates)."""
+    x0 = mdates.date2num(_dates(spans["start"].round()))
+    x1 = mdates.date2num(_dates(spans["end"].round()))
+    collection = PolyCollection(
+        [[(a, 0), (b, 0), (b, 1), (a, 1)] for a, b in zip(x0, x1, strict=True)],
+        transform=ax.get_xaxis_transform(),
+        facecolor="gold",
+        alpha=0.35,
+        edgecolor="none",
+        zorder=0,
+        label=f"live job uncertain (P < {UNCERTAIN_BELOW:g})",
+    )
+    ax.add_collection(collection, autolim=False)
+
+
+def _values(ax, timeline: KeyTimeline, quantiles: Sequence[float] | None) -> None:
     feature = timeline.feature
     emitted = timeline.emissions.sort_values(["emit_time", "emit_sequence"])
     if len(emitted):
@@ -319,6 +395,8 @@ def _values(ax, timeline: KeyTimeline) -> None:
             linestyle="--",
             label=f"{feature}, naive event-time join",
         )
+    if quantiles is not None:
+        _uncertain(ax, uncertain_spans(timeline, quantiles))
     ax.set_ylabel(feature)
     ax.legend(loc="upper left", fontsize=8)
 
