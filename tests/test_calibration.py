@@ -263,9 +263,8 @@ def test_uncertain_time_of_a_value_by_hand():
     # F uniform on [0, 10 s]: shown for 60 s, P(s) = s / 10 s until 10 s, then 1: below 0.95
     # for the first 9.5 s. Shown for 5 s, P(s) = s / 10 s never reaches 0.5: all 5 s.
     quantiles = np.linspace(0, 10_000, 201)
-    cdf = cdf_of_values(quantiles)
-    assert uncertain_time(60_000, cdf, quantiles) == pytest.approx(9_500)
-    assert uncertain_time(5_000, cdf, quantiles) == pytest.approx(5_000)
+    assert uncertain_time(60_000, quantiles) == pytest.approx(9_500)
+    assert uncertain_time(5_000, quantiles) == pytest.approx(5_000)
     # Shown for 12 s: P rises as s / 10 s to 0.95 at 9.5 s, is 1 from 10 s to 12 s... except
     # that from 10 s the next value may land: P(s) = 1 - (s - 12 s) / 10 s < 1 only past 12 s.
-    assert uncertain_time(12_000, cdf, quantiles) == pytest.approx(9_500)
+    assert uncertain_time(12_000, quantiles) == pytest.approx(9_500)

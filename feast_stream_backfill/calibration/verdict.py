@@ -15,43 +15,24 @@ Spark and the stretch computed per bin on the driver.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration.serves import log_bin
-from feast_stream_backfill.calibration.visibility import (
-    UNCERTAIN_BELOW,
-    cdf_of_values,
-    visible_probability,
-)
+from feast_stream_backfill.calibration.visibility import uncertain_spans
 
 
-def uncertain_time(shown_ms: float, cdf: Callable, knots: Sequence[float]) -> float:
+def uncertain_time(shown_ms: float, quantiles: Sequence[float]) -> float:
     """How long (ms) of a value shown for ``shown_ms`` its probability is below
-    :data:`UNCERTAIN_BELOW`: exact for ``F`` linear between ``knots`` (as
-    :func:`~.visibility.cdf_of_values` makes it), whose probability is linear between the
-    knots and the knots shifted by ``shown_ms``."""
-    g = float(shown_ms)
-    if g <= 0:
+    :data:`~.visibility.UNCERTAIN_BELOW` (:func:`~.visibility.uncertain_spans` of a key
+    emitting at 0 and ``shown_ms``, between the two)."""
+    if shown_ms <= 0:
         return 0.0
-    k = np.asarray(knots, dtype=float)
-    points = np.unique(np.concatenate(([0.0, g], k, k + g)))
-    points = points[(points >= 0) & (points <= g)]
-    # P between two points is linear; at a knot where F jumps (quantiles that tie) the end of
-    # a segment takes P's value just before the knot.
-    a = visible_probability(points[:-1], 0.0, g, cdf)
-    b = visible_probability(points[1:] - 1e-6, 0.0, g, cdf)
-    width = np.diff(points)
-    low = (a < UNCERTAIN_BELOW) & (b < UNCERTAIN_BELOW)
-    crossing = (a < UNCERTAIN_BELOW) != (b < UNCERTAIN_BELOW)
-    below_from_a = np.where(a < UNCERTAIN_BELOW, 1.0, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        where = np.clip((UNCERTAIN_BELOW - a) / (b - a), 0.0, 1.0)
-    part = np.where(below_from_a == 1.0, where, 1.0 - where)
-    return float(np.sum(width * np.where(low, 1.0, np.where(crossing, part, 0.0))))
+    spans = uncertain_spans(np.array([0.0, shown_ms]), 0.0, float(shown_ms), quantiles)
+    return float(np.sum(spans[:, 1] - spans[:, 0]))
 
 
 def uncertain_time_share(
@@ -73,6 +54,5 @@ def uncertain_time_share(
     total = sum(float(r["total"]) for r in bins)
     if not total:
         return None
-    cdf = cdf_of_values(quantiles)
-    uncertain = sum(r["n"] * uncertain_time(r["g"], cdf, quantiles) for r in bins)
+    uncertain = sum(r["n"] * uncertain_time(r["g"], quantiles) for r in bins)
     return min(1.0, uncertain / total)

@@ -88,3 +88,56 @@ def visible_probability_column(
         return pd.Series(p, index=at.index)
 
     return probability(*(c.cast("double") for c in (t, emitted, superseded)))
+
+
+#: :func:`uncertain_spans` solves this many emissions per pass (memory: a few values per
+#: quantile and emission of a pass).
+EMISSIONS_PER_PASS = 2_000
+
+
+def uncertain_spans(
+    emitted: np.ndarray, lo: float, hi: float, quantiles: Sequence[float]
+) -> np.ndarray:
+    """Where in ``[lo, hi]`` a key whose emissions are at ``emitted`` (ms) showed a value (its
+    latest emission; none before the first) with a probability below
+    :data:`UNCERTAIN_BELOW`, under the residual distribution of ``quantiles``: rows
+    ``start, end`` (ms), in order, disjoint.
+
+    Solved exactly rather than sampled on a grid, so that a band of a second over hours is
+    neither lost between samples nor widened to one: ``F`` is linear between its quantiles, so
+    the probability is linear between the instants where an emission, or an emission plus a
+    quantile, falls, and each such piece crosses the threshold at most once. Solved in passes
+    of :data:`EMISSIONS_PER_PASS` emissions, each with the emissions shown in it and the one
+    after, whatever the key's count."""
+    cdf = cdf_of_values(quantiles)
+    knots = np.unique(np.asarray(quantiles, dtype=float))
+    emitted = np.sort(np.asarray(emitted, dtype=float))
+    # The emission shown at t and the one after it (NaN: none), by the count emitted by t.
+    around = np.concatenate([[np.nan], emitted, [np.nan]])
+
+    def probability(t: np.ndarray) -> np.ndarray:
+        shown = np.searchsorted(emitted, t, side="right")
+        return visible_probability(t, around[shown], around[shown + 1], cdf)
+
+    cuts = np.unique(np.clip([lo, *emitted[::EMISSIONS_PER_PASS], hi], lo, hi))
+    found = [np.empty((0, 2))]
+    for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True):
+        first = max(np.searchsorted(emitted, c0, side="right") - 1, 0)
+        near = emitted[first : np.searchsorted(emitted, c1) + 1]
+        edges = np.unique(np.concatenate([[c0, c1], near, (near[:, None] + knots).ravel()]))
+        edges = edges[(edges >= c0) & (edges <= c1)]
+        a, b = edges[:-1], edges[1:]
+        p_a = probability(a)
+        p_b = 2 * probability((a + b) / 2) - p_a  # the limit at b from the left: linear
+        with np.errstate(divide="ignore", invalid="ignore"):  # used where one end is below
+            crossing = a + (UNCERTAIN_BELOW - p_a) / (p_b - p_a) * (b - a)
+        start = np.where(p_a < UNCERTAIN_BELOW, a, crossing)
+        end = np.where(p_b < UNCERTAIN_BELOW, b, crossing)
+        found.append(_joined(start[end > start], end[end > start]))
+    return _joined(*np.concatenate(found).T)
+
+
+def _joined(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Spans in order, each continuing the one before joined to it: rows ``start, end``."""
+    continued = np.flatnonzero(start[1:] == end[:-1])
+    return np.column_stack([np.delete(start, continued + 1), np.delete(end, continued)])

@@ -32,10 +32,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
+from feast_stream_backfill.calibration.visibility import UNCERTAIN_BELOW  # noqa: E402
 from feast_stream_backfill.calibration.visibility import (  # noqa: E402
-    UNCERTAIN_BELOW,
-    cdf_of_values,
-    visible_probability,
+    uncertain_spans as visibility_spans,
 )
 from feast_stream_backfill.columns import (  # noqa: E402
     EVENT_TIME,
@@ -60,8 +59,6 @@ from feast_stream_backfill.window_operator import firings  # noqa: E402
 DENSE = 2_000
 #: At most this many watermark points are drawn (the highest per time bucket).
 WATERMARK_POINTS = 2_000
-#: The live job's uncertainty is solved for this many of a key's emissions at a time.
-EMISSIONS_PER_PASS = 2_000
 #: (colour, legend label, line width): late firings narrower, so that an on-time firing of the
 #: same window at the same instant shows around them.
 FIRING_STYLE = {
@@ -215,51 +212,12 @@ def _dates(ms: pd.Series | np.ndarray | list) -> np.ndarray:
 
 
 def uncertain_spans(timeline: KeyTimeline, quantiles: Sequence[float]) -> pd.DataFrame:
-    """Where in ``lo, hi`` the value the backfill shows for the key (its latest emission; none
-    before the first) was visible in the live job with a probability below
-    :data:`~feast_stream_backfill.calibration.visibility.UNCERTAIN_BELOW`, under the residual
-    distribution of ``quantiles``: ``start, end`` (ms), in order, disjoint.
-
-    Solved exactly rather than sampled on a grid, so that a band of a second in a picture of
-    hours is neither lost between samples nor widened to one: ``F`` is linear between its
-    quantiles, so the probability is linear between the instants where an emission, or an
-    emission plus a quantile, falls, and each such piece crosses the threshold at most once.
-    The span is solved in passes of :data:`EMISSIONS_PER_PASS` emissions, each with the
-    emissions shown in it and the one after: a pass holds a few values per quantile and
-    emission, whatever the key's count."""
-    cdf = cdf_of_values(quantiles)
-    knots = np.unique(np.asarray(quantiles, dtype=float))
-    emitted = np.sort(timeline.emissions["emit_time"].to_numpy(dtype=float))
-    # The emission shown at t and the one after it (NaN: none), by the count emitted by t.
-    around = np.concatenate([[np.nan], emitted, [np.nan]])
-
-    def probability(t: np.ndarray) -> np.ndarray:
-        shown = np.searchsorted(emitted, t, side="right")
-        return visible_probability(t, around[shown], around[shown + 1], cdf)
-
-    lo, hi = float(timeline.lo), float(timeline.hi)
-    cuts = np.unique(np.clip([lo, *emitted[::EMISSIONS_PER_PASS], hi], lo, hi))
-    found = [np.empty((0, 2))]
-    for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True):
-        first = max(np.searchsorted(emitted, c0, side="right") - 1, 0)
-        near = emitted[first : np.searchsorted(emitted, c1) + 1]
-        edges = np.unique(np.concatenate([[c0, c1], near, (near[:, None] + knots).ravel()]))
-        edges = edges[(edges >= c0) & (edges <= c1)]
-        a, b = edges[:-1], edges[1:]
-        p_a = probability(a)
-        p_b = 2 * probability((a + b) / 2) - p_a  # the limit at b from the left: linear
-        with np.errstate(divide="ignore", invalid="ignore"):  # used where one end is below
-            crossing = a + (UNCERTAIN_BELOW - p_a) / (p_b - p_a) * (b - a)
-        start = np.where(p_a < UNCERTAIN_BELOW, a, crossing)
-        end = np.where(p_b < UNCERTAIN_BELOW, b, crossing)
-        found.append(_joined(start[end > start], end[end > start]))
-    return pd.DataFrame(_joined(*np.concatenate(found).T), columns=["start", "end"])
-
-
-def _joined(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Spans in order, each continuing the one before joined to it: rows ``start, end``."""
-    continued = np.flatnonzero(start[1:] == end[:-1])
-    return np.column_stack([np.delete(start, continued + 1), np.delete(end, continued)])
+    """Where in ``lo, hi`` the key's backfilled value was uncertain in the live job
+    (:func:`~feast_stream_backfill.calibration.visibility.uncertain_spans`): ``start, end``
+    (ms), in order, disjoint."""
+    emitted = timeline.emissions["emit_time"].to_numpy(dtype=float)
+    spans = visibility_spans(emitted, float(timeline.lo), float(timeline.hi), quantiles)
+    return pd.DataFrame(spans, columns=["start", "end"])
 
 
 def draw_key_timeline(timeline: KeyTimeline, quantiles: Sequence[float] | None = None) -> Figure:
