@@ -15,10 +15,14 @@ and the values its Redis served at random request times. The bench then, in one 
 4. times one backfill, the calibration, and the training join with and without
    probabilities.
 
-The served requests are held out: calibration reads the writes alone.
+The served requests are held out: by default calibration reads the writes alone. With
+``--calibrate-from requests`` (or ``both``) it reads half the requests (split by request id)
+as Feast's feature logging keeps them, and the other half is held out.
 
     .venv/bin/python -m bench.calibration_bench --requests-per-key-hour 70 \\
         --slow-partition 3 --restart-at 5460 --trigger per_record
+    .venv/bin/python -m bench.calibration_bench --requests-per-key-hour 140 \\
+        --calibrate-from requests
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
-from feast_stream_backfill.calibration import ObservedWrites, calibrate
+from feast_stream_backfill.calibration import ObservedServes, ObservedWrites, calibrate
 from feast_stream_backfill.calibration.matching import same_value
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.training_join import as_of_join
@@ -83,8 +87,14 @@ def timed(what: str, action):
     return result, seconds
 
 
-def served_points(spark: SparkSession, live: LiveLog) -> DataFrame:
-    served = live.served[["user_id", "__log_timestamp", f"{VIEW}__{FEATURE}"]]
+def split_requests(served: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Half the requests for calibration, half held out, by a hash of the request id."""
+    half = pd.util.hash_pandas_object(served["__request_id"], index=False) % 2 == 0
+    return served[half.to_numpy()], served[~half.to_numpy()]
+
+
+def served_points(spark: SparkSession, served: pd.DataFrame) -> DataFrame:
+    served = served[["user_id", "__log_timestamp", f"{VIEW}__{FEATURE}"]]
     served = served.rename(columns={"__log_timestamp": "at", f"{VIEW}__{FEATURE}": "served"})
     return _timestamps(spark.createDataFrame(served), "at")
 
@@ -133,6 +143,12 @@ def main() -> None:
     parser.add_argument("--slow-extra-ms", type=int, default=30_000)
     parser.add_argument("--restart-at", type=float, help="seconds after the start")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--calibrate-from",
+        default="writes",
+        choices=["writes", "requests", "both"],
+        help="what calibration reads (requests: half of them; the rest are held out)",
+    )
     args = parser.parse_args()
     params = replace(
         LiveParams(),
@@ -169,14 +185,22 @@ def main() -> None:
         "write_time",
     )
     observed = ObservedWrites(dataframe=writes, processing_time="processing_time")
+    held_out, serves = live.served, None
+    if args.calibrate_from != "writes":
+        logged, held_out = split_requests(live.served)
+        requests = _timestamps(spark.createDataFrame(logged), "__log_timestamp").localCheckpoint()
+        serves = ObservedServes(view=VIEW, dataframe=requests)
+        print(f"calibrating from {len(logged):,} requests; {len(held_out):,} held out")
+    if args.calibrate_from == "requests":
+        observed = None
     calibration, calibrate_s = timed(
-        "calibrate (pairing, fit, partitions and hours)",
-        lambda: calibrate(spark, job, observed, emissions),
+        f"calibrate from {args.calibrate_from}",
+        lambda: calibrate(spark, job, observed, emissions, serves),
     )
     print("\n".join(calibration.summary()))
     print(f"calibrate / one backfill: {calibrate_s / backfill_s:.2f}")
 
-    points = served_points(spark, live).localCheckpoint()
+    points = served_points(spark, held_out).localCheckpoint()
     quantiles = calibration.delays.quantiles
 
     def join(probabilities: bool) -> DataFrame:
