@@ -17,3 +17,13 @@ def conflicting_copies(topic: str, n: int, partition: int, offset: int) -> BadAr
         f"archived topic {topic!r}: {n} record(s) archived twice with different content, "
         f"e.g. partition {partition} offset {offset}; refusing to pick one"
     )
+
+
+class UnsupportedSqlError(ValueError):
+    """A Flink SQL script uses a construct the backfill does not model exactly: the message
+    names the construct, its line and its column (``construct``, ``line``, ``column``)."""
+
+    def __init__(self, construct: str, line: int, column: int, why: str = "") -> None:
+        self.construct, self.line, self.column = construct, line, column
+        reason = f": {why}" if why else ""
+        super().__init__(f"line {line}, column {column}: {construct} is not supported{reason}")

@@ -1,5 +1,6 @@
-"""Delta Lake's JVM jars: the exact files the pinned delta-spark needs, fetched once from Maven
-Central into a directory the plugin owns and checked against their SHA-256.
+"""The plugin's JVM jars: the exact files the pinned delta-spark needs, and Flink's SQL parser,
+fetched once from Maven Central into a directory the plugin owns and checked against their
+SHA-256.
 
 Spark's own resolver (``spark.jars.packages``, Ivy) is not used: it reads and writes the
 user's ``~/.m2`` and ``~/.ivy2``, a half-filled ``~/.m2`` makes the JVM fail to start, and it
@@ -90,8 +91,80 @@ DELTA_JARS: tuple[Jar, ...] = (
 )
 
 
+#: ``org.apache.flink:flink-sql-parser:2.3.0`` (the Flink of the conformance harness) and the
+#: compile dependencies it needs to parse: Calcite, not shaded (the parser's own
+#: ``org.apache.calcite.sql`` classes replace some of Calcite's, so it comes first), Avatica,
+#: Guava, commons-math3 (Calcite's interval units) and slf4j's API. Not Spark's classpath: the
+#: parser runs in its own small JVM (:mod:`feast_stream_backfill.flink_sql.parser`).
+FLINK_SQL_PARSER_JARS: tuple[Jar, ...] = (
+    Jar(
+        "org.apache.flink",
+        "flink-sql-parser",
+        "2.3.0",
+        731234,
+        "2210424a83fff71a3653179b8447914cec6a118919cf9b61d3ed2e994b05b5ae",
+    ),
+    Jar(
+        "org.apache.flink",
+        "flink-annotations",
+        "2.3.0",
+        19427,
+        "43eef36e172f5bc727a63c75347ba5cc4ceeb569f5daaf64421da248c224308a",
+    ),
+    Jar(
+        "org.apache.calcite",
+        "calcite-core",
+        "1.36.0",
+        7915023,
+        "1322396c24f0c80c03fc4ac8ed4f35e61d97d6717b74a6da866502c8e59827b7",
+    ),
+    Jar(
+        "org.apache.calcite",
+        "calcite-linq4j",
+        "1.36.0",
+        510210,
+        "8e5a76cbfb997157a4abe9de52a6d92515a6e611f13c8b46312982d46ea6ff3f",
+    ),
+    Jar(
+        "org.apache.calcite.avatica",
+        "avatica-core",
+        "1.23.0",
+        1278202,
+        "9e138b51f28da396fec4e29574f05d60c8ea56551c2a6213fdb90f269e63ed7f",
+    ),
+    Jar(
+        "com.google.guava",
+        "guava",
+        "33.4.0-jre",
+        3080298,
+        "b918c98a7e44dbe94ebd9fe3e40cddaadb5a93e6a78eb6008b42df237241e538",
+    ),
+    Jar(
+        "com.google.guava",
+        "failureaccess",
+        "1.0.2",
+        4740,
+        "8a8f81cf9b359e3f6dfa691a1e776985c061ef2f223c9b2c80753e1b458e8064",
+    ),
+    Jar(
+        "org.apache.commons",
+        "commons-math3",
+        "3.6.1",
+        2213560,
+        "1e56d7b058d28b65abd256b8458e3885b674c1d588fa43cd7d1cbb9c7ef2b308",
+    ),
+    Jar(
+        "org.slf4j",
+        "slf4j-api",
+        "1.7.33",
+        41473,
+        "336811855ee97fcd8413343dc42f4d26362502860e8a9193e4db305e3e8ef80a",
+    ),
+)
+
+
 class JarsUnavailableError(RuntimeError):
-    """Delta's jars are neither in the jar directory nor downloadable (the message says which
+    """The plugin's jars are neither in the jar directory nor downloadable (the message says which
     files, from where, and how to provide them by hand)."""
 
 
@@ -118,14 +191,25 @@ def maven_repository() -> str:
 
 
 def delta_jars() -> list[Path]:
-    """The paths of Delta's jars, downloading those missing (or not matching their checksum)
-    first, with one line on stderr. Raises :class:`JarsUnavailableError` when they cannot be
-    had."""
+    """The paths of Delta's jars (:func:`pinned_jars`)."""
+    return pinned_jars(DELTA_JARS, "Delta Lake's jars")
+
+
+def flink_sql_parser_jars() -> list[Path]:
+    """The paths of Flink's SQL parser and its dependencies, in classpath order
+    (:func:`pinned_jars`)."""
+    return pinned_jars(FLINK_SQL_PARSER_JARS, "Flink's SQL parser's jars")
+
+
+def pinned_jars(pinned: tuple[Jar, ...], what: str) -> list[Path]:
+    """The paths of the ``pinned`` jars, downloading those missing (or not matching their
+    checksum) first, with one line on stderr naming ``what``. Raises
+    :class:`JarsUnavailableError` when they cannot be had."""
     directory = jars_dir()
-    missing = [jar for jar in DELTA_JARS if not _verified(directory / jar.file_name, jar)]
+    missing = [jar for jar in pinned if not _verified(directory / jar.file_name, jar)]
     if missing:
-        _download(missing, directory, maven_repository())
-    return [directory / jar.file_name for jar in DELTA_JARS]
+        _download(missing, directory, maven_repository(), what)
+    return [directory / jar.file_name for jar in pinned]
 
 
 def _verified(path: Path, jar: Jar) -> bool:
@@ -142,10 +226,10 @@ def _verified(path: Path, jar: Jar) -> bool:
         return False
 
 
-def _download(jars: list[Jar], directory: Path, repository: str) -> None:
+def _download(jars: list[Jar], directory: Path, repository: str, what: str) -> None:
     megabytes = sum(jar.size for jar in jars) / 1e6
     print(
-        f"feast-stream-backfill: downloading Delta Lake's jars ({len(jars)} "
+        f"feast-stream-backfill: downloading {what} ({len(jars)} "
         f"file{'s' if len(jars) > 1 else ''}, {megabytes:.1f} MB) from {repository} "
         f"into {directory}",
         file=sys.stderr,
@@ -157,7 +241,7 @@ def _download(jars: list[Jar], directory: Path, repository: str) -> None:
             directory.mkdir(parents=True, exist_ok=True)
             _fetch(url, directory / jar.file_name, jar)
         except (OSError, ValueError) as error:
-            message = _unavailable(jars, directory, repository, url, error)
+            message = _unavailable(jars, directory, repository, url, error, what)
             raise JarsUnavailableError(message) from error
 
 
@@ -180,12 +264,12 @@ def _fetch(url: str, path: Path, jar: Jar) -> None:
 
 
 def _unavailable(
-    jars: list[Jar], directory: Path, repository: str, url: str, error: Exception
+    jars: list[Jar], directory: Path, repository: str, url: str, error: Exception, what: str
 ) -> str:
     reason = error.reason if isinstance(error, urllib.error.URLError) else error
     urls = "\n".join(f"  {jar.url(repository)}" for jar in jars)
     return (
-        f"Delta Lake's jars are missing from {directory} and downloading {url} failed: "
+        f"{what} are missing from {directory} and downloading {url} failed: "
         f"{reason}\nDownload these files:\n{urls}\n"
         f"and put them in {directory}, or in a directory named by FSB_JARS_DIR; or set "
         "FSB_MAVEN_REPOSITORY to a Maven repository this machine can reach. "

@@ -1,0 +1,273 @@
+"""A read Flink SQL script as the plugin's :class:`StreamJob`, where the mapping is exact.
+
+What Flink's source says, and so what is mapped (Flink 2.3):
+
+- The watermark. A Kafka table's ``WATERMARK`` is pushed into the source
+  (``PushWatermarkIntoTableSourceScanRuleBase.getNewScan``): each partition's generator is
+  ``GeneratedWatermarkGeneratorSupplier.DefaultWatermarkGenerator`` (flink-table-runtime,
+  ``org/apache/flink/table/runtime/generated/GeneratedWatermarkGeneratorSupplier.java``),
+  whose ``onEvent`` sets ``currentWatermark`` to the expression of *this* record,
+  ``ts - B``, with no ``- 1``, and whose ``onPeriodicEmit`` emits it; the source keeps only
+  rises (``WatermarkOutputMultiplexer``'s ``setWatermark``). The DataStream
+  ``BoundedOutOfOrdernessWatermarks`` the plugin models emits ``max(ts) - B' - 1``. So:
+  SQL's bound B is the plugin's ``B' = B - 1`` (B = 0 is refused: ``B' = -1`` is not a
+  bound); with ``'scan.watermark.emit.strategy' = 'on-event'`` each record emits, the
+  rises only are kept, and the two agree on every archive. Emitted periodically, SQL's
+  watermark is the *last* record's ``ts - B`` at the tick, not the highest: the two agree
+  where every partition's event times never decrease with the offset, which
+  :func:`job_from_sql` checks on the archive, refusing it otherwise.
+- ``pipeline.auto-watermark-interval`` is the periodic tick (``interval_ms``; Flink's
+  default 200 ms). At 0 the periodic generator is never asked to emit: refused.
+- ``scan.watermark.idle-timeout`` (else ``table.exec.source.idle-timeout``; 0 is off) is
+  ``WatermarkStrategy.withIdleness`` on the pushed-down strategy: ``idle_timeout_ms``.
+- The window TVF aggregation fires a window when the watermark reaches ``window_end - 1``
+  (``TimeWindowUtil.isWindowFired``), once, and drops a record whose windows have all
+  fired: the plugin's ``EventTimeTrigger`` with no allowed lateness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION
+from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.flink_sql.reader import (
+    Column,
+    Script,
+    SetOption,
+    Table,
+    TableOption,
+    WindowedInsert,
+    read_script,
+)
+from feast_stream_backfill.job import StreamJob
+from feast_stream_backfill.records import ArchivedTopic, read_records
+from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.watermarks import WatermarkStrategy
+from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
+
+AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
+SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
+SCAN_IDLE_TIMEOUT = "scan.watermark.idle-timeout"
+EMIT_STRATEGY = "scan.watermark.emit.strategy"
+#: Flink's ``PipelineOptions.AUTO_WATERMARK_INTERVAL`` default.
+DEFAULT_INTERVAL_MS = 200
+#: Options that shape the watermark or what is read, beyond those mapped: refused.
+REFUSED_TABLE_OPTIONS = ("topic-pattern", "scan.watermark.")
+#: Flink's ``TimeUtils`` duration units, in milliseconds.
+_UNITS = {
+    **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1_000),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60_000),
+    **dict.fromkeys(("h", "hour", "hours"), 3_600_000),
+    **dict.fromkeys(("d", "day", "days"), 86_400_000),
+}
+
+
+def job_from_sql(
+    spark: SparkSession,
+    script: str,
+    archives: Mapping[str, ArchivedTopic],
+    insert: str | None = None,
+) -> StreamJob:
+    """The job ``script`` runs, over ``archives`` (an archived topic per Kafka table name).
+
+    ``insert`` names the target table of the ``INSERT`` to map when the script has several.
+    Raises :class:`UnsupportedSqlError` naming construct, line and column for anything not
+    mapped exactly; with periodic watermarks, ``spark`` reads the archive to check that each
+    partition's event times never decrease (where they do, SQL's periodic watermark is not
+    the one the plugin models).
+    """
+    read = read_script(script)
+    chosen = _insert(read, insert)
+    table = _source(read, chosen)
+    topic = _topic(table, archives)
+    watermark = _watermark(read.options, table)
+    if watermark.emission == "periodic":
+        _check_in_order(spark, topic, table)
+    keys = list(chosen.keys)
+    return StreamJob(
+        topics=[topic],
+        keys=keys,
+        window=_window(chosen),
+        aggregations=[
+            # COUNT(*) counts rows; a key column is never null (the backfill refuses
+            # null keys), so counting it counts rows.
+            Aggregation(a.column or keys[0], a.function, a.name)
+            for a in chosen.aggregates
+        ],
+        trigger=EventTimeTrigger(),
+        watermark=watermark,
+    )
+
+
+def _insert(read: Script, target: str | None) -> WindowedInsert:
+    chosen = [i for i in read.inserts if target is None or i.target == target]
+    if len(chosen) == 1:
+        return chosen[0]
+    if not chosen:
+        named = f" into {target}" if target else ""
+        raise UnsupportedSqlError(f"a script without an INSERT{named}", 1, 1)
+    second = chosen[1].at
+    raise UnsupportedSqlError(
+        "a second INSERT", second.line, second.column, "name the one to map with insert="
+    )
+
+
+def _source(read: Script, insert: WindowedInsert) -> Table:
+    table = next((t for t in read.tables if t.name == insert.source), None)
+    if table is None:
+        raise UnsupportedSqlError(
+            f"the table {insert.source}",
+            insert.at.line,
+            insert.at.column,
+            "not declared in the script",
+        )
+    connector = table.option("connector")
+    if connector is None or connector.value != "kafka":
+        where = connector.at if connector else table.at
+        found = connector.value if connector else "none"
+        raise UnsupportedSqlError(
+            f"the connector {found!r}", where.line, where.column, "the 'kafka' connector is mapped"
+        )
+    for option in table.options:
+        if option.key.startswith(REFUSED_TABLE_OPTIONS) and option.key not in (
+            SCAN_IDLE_TIMEOUT,
+            EMIT_STRATEGY,
+        ):
+            raise _refused(option, f"the option {option.key!r}")
+    if table.watermark is None:
+        raise UnsupportedSqlError(
+            f"the table {table.name} without a WATERMARK",
+            table.at.line,
+            table.at.column,
+            "the windows are event-time windows",
+        )
+    if insert.time_column != table.watermark.column:
+        raise UnsupportedSqlError(
+            f"DESCRIPTOR({insert.time_column})",
+            insert.at.line,
+            insert.at.column,
+            f"not the watermark's column {table.watermark.column}",
+        )
+    time = next(c for c in table.columns if c.name == table.watermark.column)
+    if time.type != "TIMESTAMP(3)":
+        raise _refused(
+            time,
+            f"the event-time type {time.type}",
+            "TIMESTAMP(3) is mapped (TIMESTAMP_LTZ windows follow table.local-time-zone)",
+        )
+    return table
+
+
+def _topic(table: Table, archives: Mapping[str, ArchivedTopic]) -> ArchivedTopic:
+    """The table's archive, reading its event time from the watermark's column."""
+    if table.name not in archives:
+        raise ValueError(f"no archive given for the Kafka table {table.name!r}")
+    topic = archives[table.name]
+    name = table.option("topic")
+    if name is None or name.value != topic.name:
+        raise ValueError(
+            f"table {table.name!r} reads topic {name.value if name else None!r}, "
+            f"its archive is of topic {topic.name!r}"
+        )
+    assert table.watermark is not None
+    return replace(topic, timestamp_col=table.watermark.column)
+
+
+def _watermark(options: tuple[SetOption, ...], table: Table) -> WatermarkStrategy:
+    interval_ms, idle_ms = DEFAULT_INTERVAL_MS, 0
+    for option in options:
+        if option.key == AUTO_WATERMARK_INTERVAL:
+            interval_ms = _duration_ms(option)
+        elif option.key == SOURCE_IDLE_TIMEOUT:
+            idle_ms = _duration_ms(option)
+        else:
+            raise _refused(option, f"SET {option.key!r}")
+    scan_idle = table.option(SCAN_IDLE_TIMEOUT)
+    if scan_idle is not None:
+        idle_ms = _duration_ms(scan_idle)
+    emit = table.option(EMIT_STRATEGY)
+    emission = "periodic"
+    if emit is not None:
+        if emit.value not in ("on-event", "on-periodic"):
+            raise _refused(emit, f"{EMIT_STRATEGY} {emit.value!r}")
+        emission = "on_event" if emit.value == "on-event" else "periodic"
+    assert table.watermark is not None
+    bound = table.watermark
+    if bound.bound_ms < 1:
+        raise UnsupportedSqlError(
+            f"the watermark bound of {bound.bound_ms} ms",
+            bound.at.line,
+            bound.at.column,
+            "Flink SQL's watermark is ts - B where DataStream's is max(ts) - B' - 1, so "
+            "B' = B - 1, and B' must be >= 0",
+        )
+    if emission == "periodic" and interval_ms == 0:
+        raise UnsupportedSqlError(
+            f"{AUTO_WATERMARK_INTERVAL} = 0 with periodic watermarks",
+            bound.at.line,
+            bound.at.column,
+            "Flink never asks the generator to emit: no window fires",
+        )
+    return WatermarkStrategy(
+        out_of_orderness_ms=bound.bound_ms - 1,
+        interval_ms=interval_ms,
+        emission=emission,
+        idle_timeout_ms=idle_ms or None,
+    )
+
+
+def _window(insert: WindowedInsert) -> TumblingWindows | SlidingWindows:
+    if insert.slide_ms is None:
+        return TumblingWindows(size_ms=insert.size_ms)
+    if insert.size_ms % insert.slide_ms:
+        raise UnsupportedSqlError(
+            f"a HOP of size {insert.size_ms} ms and slide {insert.slide_ms} ms",
+            insert.at.line,
+            insert.at.column,
+            "Flink's sliced HOP windows need the slide to divide the size",
+        )
+    return SlidingWindows(size_ms=insert.size_ms, slide_ms=insert.slide_ms)
+
+
+def _check_in_order(spark: SparkSession, topic: ArchivedTopic, table: Table) -> None:
+    """Refuse an archive with a partition whose event time decreases from one offset to the
+    next: there, SQL's periodic watermark (the last record's) is below the highest's."""
+    records = read_records(spark, topic, [topic.timestamp_col])
+    previous = F.lag(EVENT_TIME).over(Window.partitionBy(PARTITION).orderBy(OFFSET))
+    back = records.withColumn("_previous_et", previous).where(
+        F.col(EVENT_TIME) < F.col("_previous_et")
+    )
+    late = back.orderBy(PARTITION, OFFSET).first()
+    if late is not None:
+        raise UnsupportedSqlError(
+            "periodic watermarks over out-of-order records",
+            table.at.line,
+            table.at.column,
+            f"topic {topic.name!r} partition {late[PARTITION]} offset {late[OFFSET]} goes "
+            "back in event time, where Flink SQL's periodic watermark (the last record's "
+            "ts - B) is not the highest record's: set 'scan.watermark.emit.strategy' = "
+            "'on-event', or backfill it as a DataStream job",
+        )
+
+
+def _duration_ms(option: SetOption | TableOption) -> int:
+    """A Flink duration (``TimeUtils.parseDuration``: ``200ms``, ``1 min``, ``5 s``)."""
+    text = option.value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip()
+    if not digits or unit not in _UNITS:
+        raise _refused(option, f"the duration {option.value!r}")
+    return int(text[:digits]) * _UNITS[unit]
+
+
+def _refused(
+    item: SetOption | TableOption | Column, construct: str, why: str = ""
+) -> UnsupportedSqlError:
+    return UnsupportedSqlError(construct, item.at.line, item.at.column, why)

@@ -1,0 +1,371 @@
+"""A Flink SQL script, read with Flink's parser into plain dataclasses: the ``SET`` options,
+the tables and the windowed ``INSERT INTO ... SELECT``.
+
+The reader accepts the statement shapes the backfill maps (docs/guides/flink-sql.md) and
+refuses any other with :class:`UnsupportedSqlError`, naming the construct and where the
+parser placed it. Values (which options, which bounds) are judged by
+:mod:`feast_stream_backfill.flink_sql.mapping`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
+
+#: The window table-valued functions: those mapped, and the others, refused by name.
+MAPPED_WINDOWS = ("TUMBLE", "HOP")
+#: SQL's aggregate functions the plugin computes, by its name for them.
+AGGREGATES = {"SUM": "sum", "COUNT": "count", "AVG": "mean", "MIN": "min", "MAX": "max"}
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the parser placed a construct: 1-based line and column."""
+
+    line: int
+    column: int
+
+
+@dataclass(frozen=True)
+class SetOption:
+    """``SET 'key' = 'value'``."""
+
+    key: str
+    value: str
+    at: Position
+
+
+@dataclass(frozen=True)
+class TableOption:
+    """One ``'key' = 'value'`` of a table's ``WITH`` clause."""
+
+    key: str
+    value: str
+    at: Position
+
+
+@dataclass(frozen=True)
+class Column:
+    """A physical column and its SQL type, as written (``TIMESTAMP(3)``)."""
+
+    name: str
+    type: str
+    at: Position
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """``WATERMARK FOR column AS column - INTERVAL ...``: the bound is ``bound_ms`` (0 for
+    ``AS column``)."""
+
+    column: str
+    bound_ms: int
+    at: Position
+
+
+@dataclass(frozen=True)
+class Table:
+    """``CREATE TABLE``: its physical columns, watermark (if any) and options."""
+
+    name: str
+    columns: tuple[Column, ...]
+    watermark: Watermark | None
+    options: tuple[TableOption, ...]
+    at: Position
+
+    def option(self, key: str) -> TableOption | None:
+        return next((o for o in self.options if o.key == key), None)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``FUNCTION(column) AS name`` of the select list; ``column`` None for ``COUNT(*)``."""
+
+    function: str
+    column: str | None
+    name: str
+    at: Position
+
+
+@dataclass(frozen=True)
+class WindowedInsert:
+    """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP(...)) GROUP BY keys,
+    window_start, window_end``. ``slide_ms`` is None for TUMBLE."""
+
+    target: str
+    source: str
+    window: str
+    time_column: str
+    size_ms: int
+    slide_ms: int | None
+    keys: tuple[str, ...]
+    aggregates: tuple[Aggregate, ...]
+    at: Position
+
+
+@dataclass(frozen=True)
+class Script:
+    """What a script declares, in order."""
+
+    options: tuple[SetOption, ...] = ()
+    tables: tuple[Table, ...] = ()
+    inserts: tuple[WindowedInsert, ...] = field(default=())
+
+
+def read_script(script: str) -> Script:
+    """Parse ``script`` with Flink's parser and read it, refusing what is not mapped."""
+    options, tables, inserts = [], [], []
+    for statement in parse_statements(script):
+        kind = _class(statement)
+        if kind == "SqlSet":
+            options.append(_set(statement))
+        elif kind == "SqlCreateTable":
+            tables.append(_table(statement))
+        elif kind == "RichSqlInsert":
+            inserts.append(_insert(statement))
+        else:
+            raise _refused(statement, f"the statement {_first_words(statement)}")
+    return Script(tuple(options), tuple(tables), tuple(inserts))
+
+
+def _class(node: Any) -> str:
+    return str(node.getClass().getSimpleName())
+
+
+def _kind(node: Any) -> str:
+    return str(node.getKind().toString())
+
+
+def position(node: Any) -> Position:
+    at = node.getParserPosition()
+    return Position(int(at.getLineNum()), int(at.getColumnNum()))
+
+
+def _refused(node: Any, construct: str, why: str = "") -> UnsupportedSqlError:
+    at = position(node)
+    return UnsupportedSqlError(construct, at.line, at.column, why)
+
+
+def _first_words(node: Any) -> str:
+    words = str(node.toString()).split()
+    return " ".join(words[:3]) + (" ..." if len(words) > 3 else "")
+
+
+def _name(identifier: Any) -> str:
+    if _kind(identifier) != "IDENTIFIER" or not identifier.isSimple():
+        raise _refused(identifier, f"the expression {identifier.toString()}", "a column name")
+    return str(identifier.getSimple())
+
+
+def _set(statement: Any) -> SetOption:
+    if statement.getKey() is None:
+        raise _refused(statement, "SET without a key")
+    return SetOption(
+        str(statement.getKeyString()), str(statement.getValueString()), position(statement)
+    )
+
+
+def _table(statement: Any) -> Table:
+    """``CREATE TABLE name (physical columns[, WATERMARK]) WITH (...)``."""
+    operands = list(statement.getOperandList())  # name, columns, constraints, options, ...
+    name, columns, options = operands[0], statement.getColumnList(), operands[3]
+    partitions, watermark = statement.getPartitionKeyList(), statement.getWatermark()
+    if statement.isTemporary():
+        raise _refused(statement, "CREATE TEMPORARY TABLE")
+    if partitions is not None and partitions.size() > 0:
+        raise _refused(partitions, "PARTITIONED BY")
+    if statement.getDistribution() is not None:
+        raise _refused(statement, "DISTRIBUTED BY")
+    read: list[Column] = []
+    for column in columns:
+        if _class(column) != "SqlRegularColumn":
+            raise _refused(column, f"the computed or metadata column {column.getName()}")
+        read.append(
+            Column(str(column.getName()), str(column.getType().toString()), position(column))
+        )
+    return Table(
+        name=_table_name(name),
+        columns=tuple(read),
+        watermark=_watermark(watermark.get()) if watermark.isPresent() else None,
+        options=tuple(
+            TableOption(str(o.getKeyString()), str(o.getValueString()), position(o.getKey()))
+            for o in options
+        ),
+        at=position(statement),
+    )
+
+
+def _table_name(identifier: Any) -> str:
+    if not identifier.isSimple():
+        raise _refused(identifier, f"the qualified table name {identifier.toString()}")
+    return str(identifier.getSimple())
+
+
+def _watermark(watermark: Any) -> Watermark:
+    """``FOR ts AS ts`` or ``FOR ts AS ts - INTERVAL 'n' unit``: any other expression is
+    refused."""
+    column = _name(watermark.getEventTimeColumnName())
+    strategy = watermark.getWatermarkStrategy()
+    if _kind(strategy) == "IDENTIFIER" and _name(strategy) == column:
+        return Watermark(column, 0, position(watermark))
+    if _kind(strategy) == "MINUS":
+        left, right = strategy.getOperandList()
+        if (
+            _kind(left) == "IDENTIFIER"
+            and _name(left) == column
+            and _class(right) == "SqlIntervalLiteral"
+        ):
+            return Watermark(column, interval_ms(right), position(watermark))
+    raise _refused(
+        strategy,
+        f"the watermark expression {strategy.toString()}",
+        f"only `{column}` or `{column} - INTERVAL 'n' unit` is modelled",
+    )
+
+
+def interval_ms(literal: Any) -> int:
+    """A day-time interval literal in milliseconds (Calcite's own conversion, sign included)."""
+    value = literal.getValue()
+    if value.getIntervalQualifier().isYearMonth():
+        raise _refused(literal, f"the interval {literal.toString()}", "months vary in length")
+    return int(jvm().org.apache.calcite.sql.parser.SqlParserUtil.intervalToMillis(value))
+
+
+def _insert(statement: Any) -> WindowedInsert:
+    """``INSERT INTO target SELECT keys, window_start, window_end, aggregates FROM
+    TABLE(TUMBLE|HOP(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
+    window_end``, nothing more."""
+    if statement.isOverwrite() or statement.isUpsert():
+        raise _refused(statement, "INSERT OVERWRITE or UPSERT")
+    if statement.getTargetColumnList() is not None:
+        raise _refused(statement.getTargetColumnList(), "an INSERT's column list")
+    select = statement.getSource()
+    if _kind(select) != "SELECT":
+        raise _refused(select, f"the query {_first_words(select)}", "one SELECT is mapped")
+    for clause, name in (
+        (select.getWhere(), "WHERE"),
+        (select.getHaving(), "HAVING"),
+        (select.getQualify(), "QUALIFY"),
+        (select.getOrderList(), "ORDER BY"),
+        (select.getFetch(), "LIMIT"),
+        (select.getOffset(), "OFFSET"),
+    ):
+        if clause is not None and not (_class(clause) == "SqlNodeList" and clause.size() == 0):
+            raise _refused(clause, name, "filters are not mapped yet")
+    if select.getWindowList() is not None and select.getWindowList().size() > 0:
+        raise _refused(select.getWindowList(), "a WINDOW clause (OVER)")
+    if select.isDistinct():
+        raise _refused(select, "SELECT DISTINCT")
+    source, window, time_column, size_ms, slide_ms = _window(select.getFrom())
+    keys = _group_keys(select)
+    aggregates = []
+    for item in select.getSelectList():
+        if _kind(item) == "IDENTIFIER":
+            name = _name(item)
+            if name not in (*keys, "window_start", "window_end"):
+                raise _refused(item, f"the column {name}", "not a GROUP BY key")
+            continue
+        aggregates.append(_aggregate(item))
+    if not aggregates:
+        raise _refused(select, "a SELECT without aggregates")
+    return WindowedInsert(
+        target=_table_name(statement.getTargetTable()),
+        source=source,
+        window=window,
+        time_column=time_column,
+        size_ms=size_ms,
+        slide_ms=slide_ms,
+        keys=keys,
+        aggregates=tuple(aggregates),
+        at=position(statement.getTargetTable()),
+    )
+
+
+def _window(source: Any) -> tuple[str, str, str, int, int | None]:
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``TABLE(HOP(TABLE t,
+    DESCRIPTOR(ts), slide, size))``: the table, the function, the time column, size and
+    slide."""
+    if _kind(source) == "JOIN":
+        raise _refused(source, "a join")
+    if _kind(source) != "COLLECTION_TABLE":
+        raise _refused(
+            source,
+            f"the source {_first_words(source)}",
+            "a TUMBLE or HOP window table-valued function is mapped",
+        )
+    call = source.getOperandList()[0]
+    function = str(call.getOperator().getName()).upper()
+    if function not in MAPPED_WINDOWS:
+        raise _refused(call, f"the {function} window")
+    operands = list(call.getOperandList())
+    expected = 3 if function == "TUMBLE" else 4
+    if len(operands) != expected or any(_kind(o) == "ARGUMENT_ASSIGNMENT" for o in operands):
+        raise _refused(
+            call,
+            f"{function} with {len(operands)} arguments or named ones",
+            "the window offset is not mapped yet",
+        )
+    table, descriptor, *intervals = operands
+    if _kind(table) != "EXPLICIT_TABLE":
+        raise _refused(table, f"the window's input {table.toString()}", "a table is mapped")
+    if str(descriptor.getOperator().getName()).upper() != "DESCRIPTOR":
+        raise _refused(descriptor, f"the time argument {descriptor.toString()}")
+    for interval in intervals:
+        if _class(interval) != "SqlIntervalLiteral":
+            raise _refused(interval, f"the window length {interval.toString()}")
+    lengths = [interval_ms(i) for i in intervals]
+    (time_column,) = [_name(c) for c in descriptor.getOperandList()]
+    source_table = _table_name(table.getOperandList()[0])
+    if function == "TUMBLE":
+        return source_table, function, time_column, lengths[0], None
+    slide, size = lengths
+    return source_table, function, time_column, size, slide
+
+
+def _group_keys(select: Any) -> tuple[str, ...]:
+    """The ``GROUP BY`` columns other than ``window_start, window_end``, both required."""
+    group = select.getGroup()
+    if group is None:
+        raise _refused(select, "an aggregation without GROUP BY")
+    names = []
+    for item in group:
+        if _kind(item) != "IDENTIFIER":
+            raise _refused(item, f"GROUP BY {item.toString()}", "plain columns are mapped")
+        names.append(_name(item))
+    if "window_start" not in names or "window_end" not in names:
+        raise _refused(
+            group, "a GROUP BY without window_start and window_end", "an unbounded aggregation"
+        )
+    keys = tuple(n for n in names if n not in ("window_start", "window_end"))
+    if not keys:
+        raise _refused(group, "a GROUP BY without a key")
+    return keys
+
+
+def _aggregate(item: Any) -> Aggregate:
+    """``FUNCTION(column) AS name`` or ``COUNT(*) AS name``."""
+    if _kind(item) != "AS":
+        raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
+    call, alias = item.getOperandList()
+    if _kind(call) == "OVER":
+        raise _refused(call, "an OVER aggregation")
+    function = str(call.getOperator().getName()).upper() if _class(call) == "SqlBasicCall" else ""
+    if function not in AGGREGATES:
+        raise _refused(
+            call,
+            f"the expression {call.toString()}",
+            f"one of {', '.join(AGGREGATES)} of a column is mapped",
+        )
+    if call.getFunctionQuantifier() is not None:
+        raise _refused(call, f"{function}({call.getFunctionQuantifier().toString()} ...)")
+    operands = list(call.getOperandList())
+    if function == "COUNT" and call.isCountStar():
+        column = None
+    elif len(operands) == 1 and _kind(operands[0]) == "IDENTIFIER":
+        column = _name(operands[0])
+    else:
+        raise _refused(call, f"the aggregate {call.toString()}", "of one column is mapped")
+    return Aggregate(AGGREGATES[function], column, _name(alias), position(call))

@@ -1,0 +1,154 @@
+"""Flink SQL scripts read with Flink's parser and mapped onto StreamJob: the mapped subset,
+the refusals, and SQL's watermark boundary (ts - B, where DataStream's is max(ts) - B - 1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from feast_stream_backfill import backfill
+from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.flink_sql import job_from_sql
+from feast_stream_backfill.job import StreamJob
+from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.watermarks import WatermarkStrategy
+from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
+
+SCRIPT = """SET 'pipeline.auto-watermark-interval' = '200ms';
+CREATE TABLE transactions (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'transactions', 'format' = 'json',
+        'scan.watermark.idle-timeout' = '1 min'%s);
+INSERT INTO user_spend_5m
+SELECT user_id, window_start, window_end, SUM(amount) AS spend_5m, COUNT(*) AS transactions_5m
+FROM TABLE(%s)
+GROUP BY user_id, window_start, window_end;
+"""
+TUMBLE = "TUMBLE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '5' MINUTE)"
+
+
+def script(window: str = TUMBLE, options: str = "") -> str:
+    return SCRIPT % (options, window)
+
+
+def archive(spark, rows: list[tuple[int, int, str, str, float]]) -> ArchivedTopic:
+    values = ", ".join(f"({p}, {o}, '{ts}', '{u}', {a}D)" for p, o, ts, u, a in rows)
+    records = spark.sql(
+        "SELECT partition, offset, to_timestamp(ts) AS ts, user_id, amount FROM VALUES "
+        f"{values} AS t(partition, offset, ts, user_id, amount)"
+    )
+    return ArchivedTopic("transactions", dataframe=records, timestamp_col="ts")
+
+
+IN_ORDER = [
+    (0, 0, "2026-01-01 10:00:10", "u1", 1.0),
+    (0, 1, "2026-01-01 10:02:50", "u1", 2.0),
+    (0, 2, "2026-01-01 10:05:10", "u2", 4.0),
+    (0, 3, "2026-01-01 10:06:20", "u1", 8.0),
+    (0, 4, "2026-01-01 10:10:40", "u2", 16.0),
+    (0, 5, "2026-01-01 10:12:20", "u1", 32.0),
+]
+
+
+def hand_declared(topic: ArchivedTopic) -> StreamJob:
+    """The DataStream job the example script is: B' = 5000 - 1 ms."""
+    return StreamJob(
+        topics=[topic],
+        keys=["user_id"],
+        window=TumblingWindows(size_ms=300_000),
+        aggregations=[
+            Aggregation("amount", "sum", "spend_5m"),
+            Aggregation("user_id", "count", "transactions_5m"),
+        ],
+        trigger=EventTimeTrigger(),
+        watermark=WatermarkStrategy(
+            out_of_orderness_ms=4_999, interval_ms=200, idle_timeout_ms=60_000
+        ),
+    )
+
+
+def test_the_example_maps_to_the_hand_declared_job_and_backfills_the_same(spark):
+    topic = archive(spark, IN_ORDER)
+    mapped = job_from_sql(spark, script(), {"transactions": topic})
+    declared = hand_declared(topic)
+    for field in ("topics", "keys", "window", "aggregations", "trigger", "watermark"):
+        assert getattr(mapped, field) == getattr(declared, field), field
+    logs = [
+        backfill(spark, j).emissions.orderBy("user_id", "window_start") for j in (mapped, declared)
+    ]
+    assert logs[0].collect() == logs[1].collect()
+    assert len(logs[0].collect()) == 3  # [10:00, 10:05) u1 and u2's [10:05, 10:10) fire
+
+
+def test_a_hop_job_maps(spark):
+    hop = "HOP(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)"
+    job = job_from_sql(spark, script(hop), {"transactions": archive(spark, IN_ORDER)})
+    assert job.window == SlidingWindows(size_ms=300_000, slide_ms=60_000)
+
+
+def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
+    rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:01:00", "u1", 1.0)]
+    with pytest.raises(UnsupportedSqlError, match="partition 0 offset 2 goes back"):
+        job_from_sql(spark, script(), {"transactions": archive(spark, rows)})
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            script(
+                "CUMULATE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, "
+                "INTERVAL '5' MINUTE)"
+            ),
+            "line 9, column 12: the CUMULATE window is not supported",
+        ),
+        (
+            script().replace(
+                "SUM(amount) AS", "SUM(amount) OVER (PARTITION BY user_id ORDER BY ts) AS"
+            ),
+            "line 8, column 43: an OVER aggregation is not supported",
+        ),
+        (
+            script().replace(
+                f"TABLE({TUMBLE})", "transactions JOIN users ON transactions.user_id = users.id"
+            ),
+            "line 9, column 19: a join is not supported",
+        ),
+        (
+            "SET 'table.exec.state.ttl' = '1 h';\n" + script(),
+            "line 1, column 1: SET 'table.exec.state.ttl' is not supported",
+        ),
+        (
+            script(options=", 'scan.watermark.alignment.group' = 'g'"),
+            "line 6, column 50: the option 'scan.watermark.alignment.group' is not supported",
+        ),
+        (
+            script().replace("ts - INTERVAL '5' SECOND", "ts"),
+            "line 4, column 3: the watermark bound of 0 ms is not supported",
+        ),
+    ],
+    ids=["cumulate", "over", "join", "set", "alignment", "bound-0"],
+)
+def test_refusals_name_the_construct_line_and_column(sql, message):
+    with pytest.raises(UnsupportedSqlError) as refused:
+        job_from_sql(None, sql, {"transactions": ArchivedTopic("transactions")})
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(("after_end_ms", "fires"), [(4_998, False), (4_999, True), (5_000, True)])
+def test_sql_watermark_boundary(spark, after_end_ms, fires):
+    """SQL's watermark after a record at ``ts`` is ``ts - B`` (on-event: per record); the
+    window [10:00, 10:05) fires at ``W >= 10:04:59.999``, so a record ``B - 1`` ms after its
+    end fires it. DataStream's ``max(ts) - B - 1`` would need ``B`` ms."""
+    later = datetime(2026, 1, 1, 10, 5, 5).timestamp() * 1000 - 5_000 + after_end_ms
+    at = datetime.fromtimestamp(later / 1000).isoformat(sep=" ", timespec="milliseconds")
+    rows = [(0, 0, "2026-01-01 10:00:10", "u1", 1.0), (0, 1, at, "u2", 2.0)]
+    on_event = ", 'scan.watermark.emit.strategy' = 'on-event'"
+    job = job_from_sql(spark, script(options=on_event), {"transactions": archive(spark, rows)})
+    assert job.watermark.emission == "on_event"
+    fired = backfill(spark, job).emissions.where("user_id = 'u1'").collect()
+    assert [r["spend_5m"] for r in fired] == ([1.0] if fires else [])
