@@ -1,7 +1,9 @@
 """The demo: a Flink job backfilled end to end through Feast, on the embedded defaults.
 
 1. generate an archived Kafka topic (Delta) and prediction events;
-2. ``feast apply``, ``feast materialize``, ``feast materialize-incremental`` (the real CLI);
+2. ``feast apply``, ``feast materialize``, ``feast materialize-incremental`` (the real CLI),
+   for the views of feature_repo/: three declared with Feast objects and one,
+   ``user_spend_1h``, by the team's Flink SQL script (``user_spend_1h.sql``);
 3. read Redis back with ``get_online_features`` and check it against the emission log;
 4. build a training set with ``get_historical_features`` and count the rows a naive
    event-time join gets wrong: the leakage the plugin prevents;
@@ -310,6 +312,13 @@ def main() -> None:
     print(
         f"enriched view user_fees_5m: {fee_log.count():,} emissions; online read of u000000: "
         f"fees_5m={fees.to_dict()['fees_5m'][0]:.2f}"
+    )
+    # The view declared by the team's Flink SQL script (feature_repo/user_spend_1h.sql).
+    hour = store.get_online_features(["user_spend_1h:spend_1h"], [hottest]).to_dict()
+    hour_log = spark.read.format("delta").load(str(data / "emission_log/payments/user_spend_1h"))
+    print(
+        f"Flink SQL view user_spend_1h (HOP, 1 h every 5 min): {hour_log.count():,} emissions; "
+        f"online read of u000000: spend_1h={hour['spend_1h'][0]:.2f}"
     )
     explain(store, predictions, data)
     calibrate_view(store, spark, archive, predictions, data, emissions)

@@ -144,29 +144,32 @@ class Context:
         finally:
             self._guards = None
 
-    def job(self, view_name: str):
-        """``(store, view, job)``: the view's job from the registry, without Spark."""
+    def view(self, view_name: str):
+        """``(store, view)``: the feature repo's store and the stream view from its registry."""
         from feast import FeatureStore
 
         warnings.filterwarnings("ignore")  # again: importing Feast adds its own filters
-        from feast_stream_backfill.feast_plugin.definitions import stream_job
-
         if not (self.repo / "feature_store.yaml").exists():
             raise click.UsageError(f"no feature_store.yaml in {self.repo} (use --chdir)")
         store = FeatureStore(repo_path=str(self.repo))
         try:
-            view = store.get_stream_feature_view(view_name)
+            return store, store.get_stream_feature_view(view_name)
         except Exception as exc:  # Feast raises its own not-found errors
             raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
-        return store, view, stream_job(view, store.config.repo_path)
+
+    def job(self, view_name: str):
+        """``(store, view, job)``: the view's job from the registry, without Spark."""
+        store, view = self.view(view_name)
+        return store, view, _stream_job(store, view, None)
 
     def load(self, view_name: str):
         """``(store, view, prepared, spark)`` for the view."""
         from feast_stream_backfill.explain.prepared import prepare
         from feast_stream_backfill.feast_plugin.view_rows import spark_for
 
-        store, view, job = self.job(view_name)
+        store, view = self.view(view_name)
         spark = spark_for(store.config)
+        job = _stream_job(store, view, spark)
         if self._guards is not None:
             from feast_stream_backfill.explain.memory import heap_guard
 
@@ -178,6 +181,16 @@ class Context:
         except ValueError as exc:
             raise click.UsageError(f"stream feature view {view_name!r}: {exc}") from exc
         return store, view, prepared, spark
+
+
+def _stream_job(store: FeatureStore, view: StreamFeatureView, spark: SparkSession | None):
+    """The view's job (with ``spark``, a Flink SQL view's archive is checked too)."""
+    from feast_stream_backfill.feast_plugin.definitions import stream_job
+
+    try:
+        return stream_job(view, store.config.repo_path, spark)
+    except ValueError as exc:  # a declaration the apply checks would have named
+        raise click.UsageError(str(exc)) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -231,6 +244,78 @@ PREDICTION_TIME = click.option(
     callback=_keep_prediction_time,
     help="The --predictions column holding each point's time.",
 )
+
+
+@cli.command()
+@click.argument("view", required=False)
+@click.option(
+    "--sql",
+    "script",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A Flink SQL script to backfill instead of a view of the feature repo.",
+)
+@click.option(
+    "--archive",
+    "archives",
+    multiple=True,
+    metavar="TABLE=PATH",
+    help="With --sql: the Delta table of a Kafka table's records (columns partition, offset, "
+    "the watermark's column and the payload), by table or topic name; repeatable.",
+)
+@click.option("--insert", help="With --sql: the INSERT's target table, where there are several.")
+@click.option(
+    "-o", "--output", help="With --sql: the emission log's Delta table (dropped records beside)."
+)
+@click.pass_obj
+def backfill(ctx: Context, view, script, archives, insert, output) -> None:
+    """Write the emission log: every value the job would have written, and when.
+
+    VIEW: the stream view's log where the offline store keeps it (as materialize would).
+    --sql: a Flink SQL script's INSERT over --archive tables, into --output.
+    """
+    if (view is None) == (script is None):
+        raise click.UsageError("give a VIEW of the feature repo, or --sql with a script")
+    if script is None and (archives or insert or output):
+        raise click.UsageError("--archive, --insert and --output go with --sql")
+    with ctx.guarded("backfill"), _progress(2, "backfilling") as step:
+        if script is None:
+            from feast_stream_backfill.feast_plugin.view_rows import emissions_for, project_logs
+
+            store, feature_view = ctx.view(view)
+            step("reading the archive and backfilling")
+            try:
+                emissions = emissions_for(store.config, feature_view)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from exc
+            where = f"{project_logs(store.config, store.config.project)}/{view}"
+        else:
+            where, emissions = _backfill_sql(script, archives, insert, output, step)
+        step("counting")
+        count = emissions.count()
+    click.echo(f"{count:,} emissions written to {where}")
+
+
+def _backfill_sql(script: Path, archives, insert, output, step) -> tuple[str, DataFrame]:
+    from feast_stream_backfill.emission_store import ensure_emission_log
+    from feast_stream_backfill.flink_sql import job_from_sql
+    from feast_stream_backfill.spark import get_spark
+
+    if not output:
+        raise click.UsageError("--sql needs --output, the emission log's Delta table")
+    tables = {}
+    for given in archives:
+        name, sep, path = given.partition("=")
+        if not sep or not name or not path:
+            raise click.UsageError(f"--archive {given!r}: expected TABLE=PATH")
+        tables[name] = str(Path(path).resolve()) if "://" not in path else path
+    spark = get_spark()
+    step("reading the script and the archive, backfilling")
+    try:
+        job = job_from_sql(spark, script.read_text(), tables, insert)
+    except ValueError as exc:  # an UnsupportedSqlError names the construct, line and column
+        raise click.UsageError(f"{script}: {exc}") from exc
+    path = str(Path(output).resolve()) if "://" not in output else output
+    return path, ensure_emission_log(spark, job, path)
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from feast_stream_backfill.feast_plugin.observed_writes import (
     calibration_tags,
     observed_writes_tags,
 )
+from feast_stream_backfill.feast_plugin.sql_views import sql_tags
 from feast_stream_backfill.feast_plugin.topics import topics_tags
 
 #: Feast warns that stream feature views are alpha each time it builds one (from the registry
@@ -34,6 +35,7 @@ __all__ = [
     "lookup_tags",
     "observed_writes_tags",
     "sink_connector_tags",
+    "sql_tags",
     "stream_job",
     "topics_tags",
 ]

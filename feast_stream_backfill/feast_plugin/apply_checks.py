@@ -39,6 +39,7 @@ from feast_stream_backfill.feast_plugin.definitions import (
     unsupported,
 )
 from feast_stream_backfill.feast_plugin.observed_writes import calibration_tags
+from feast_stream_backfill.feast_plugin.sql_views import is_sql_view, sql_tags
 from feast_stream_backfill.feast_plugin.topics import (
     TOPIC,
     TOPIC_OPTIONS,
@@ -60,6 +61,7 @@ KNOWN_TAGS = frozenset(
         *backfill_tags(idle_timeout=timedelta(1), session_gap=timedelta(1)),
         *SINK_OPTIONS,
         *calibration_tags(""),
+        *sql_tags("", "insert"),
     }
 )
 #: Prefixes of the tags named after a declared thing: a lookup's state table, a derived
@@ -119,7 +121,7 @@ def _problems(
         )
     yield from _incoherent(where, tags, view)
     supported = [a for a in view.aggregations if a.function in FUNCTIONS]
-    if not supported:
+    if not supported and not is_sql_view(view):
         return
     # Judge the rest with the problems above replaced by defaults: each is reported once.
     clean = view.__copy__()

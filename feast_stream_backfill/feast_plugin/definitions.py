@@ -21,6 +21,7 @@ from pathlib import Path
 from feast import FeatureView, FileSource, PushSource, StreamFeatureView
 from feast.data_format import DeltaFormat, ParquetFormat
 from feast.feature_view import DUMMY_ENTITY_NAME
+from pyspark.sql import SparkSession
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
@@ -31,6 +32,7 @@ from feast_stream_backfill.feast_plugin.conventions import (
     milliseconds,
     resolve_path,
 )
+from feast_stream_backfill.feast_plugin.sql_views import is_sql_view, sql_feature_names, sql_job
 from feast_stream_backfill.feast_plugin.topics import archived_topics
 from feast_stream_backfill.feast_plugin.transformations import unsupported_udf, view_udf
 from feast_stream_backfill.processing_time import ProcessingTimeModel
@@ -209,6 +211,8 @@ def _derived(tags: Mapping[str, str]) -> dict[str, str]:
 
 
 def feature_names(view: StreamFeatureView) -> list[str]:
+    if is_sql_view(view):  # the script's aggregates, which the schema's features are
+        return sql_feature_names(view)
     return [a.resolved_name(a.time_window) for a in view.aggregations]
 
 
@@ -240,9 +244,10 @@ def _trigger(
 
 
 def is_windowed(view: FeatureView) -> bool:
-    """A stream view with aggregations is a Flink job over its archive; any other view follows
-    Feast's batch rule over its batch source (precomputed rows, a push source's table)."""
-    return isinstance(view, StreamFeatureView) and bool(view.aggregations)
+    """A stream view with aggregations or a Flink SQL script is a Flink job over its archive;
+    any other view follows Feast's batch rule over its batch source (precomputed rows, a push
+    source's table)."""
+    return isinstance(view, StreamFeatureView) and (bool(view.aggregations) or is_sql_view(view))
 
 
 def unsupported(view: FeatureView) -> str | None:
@@ -298,12 +303,19 @@ def check_supported(views: Iterable[FeatureView]) -> None:
         raise NotImplementedError("; ".join(reasons))
 
 
-def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> StreamJob:
-    """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing."""
+def stream_job(
+    view: StreamFeatureView,
+    repo_path: Path | str | None = None,
+    spark: SparkSession | None = None,
+) -> StreamJob:
+    """The job a ``StreamFeatureView`` declares; a ``ValueError`` says what is missing.
+
+    A view naming a Flink SQL script (:func:`sql_tags`) runs the script's job, with the
+    deployment's processing-time options from its tags; ``spark`` is then needed before a
+    backfill (:func:`~feast_stream_backfill.feast_plugin.sql_views.sql_job`).
+    """
     where = f"stream feature view {view.name!r}"
     check_supported([view])
-    if not view.aggregations:
-        raise ValueError(f"{where}: declare the window with `aggregations`")
     source = view.stream_source
     tags = {**getattr(view.batch_source, "tags", {}), **source.tags, **view.tags}
 
@@ -312,6 +324,16 @@ def stream_job(view: StreamFeatureView, repo_path: Path | str | None = None) -> 
 
     def ms(name: str, default: int = 0) -> int:
         return int(option(name + MILLISECONDS, str(default)))
+
+    if is_sql_view(view):
+        return replace(
+            sql_job(view, repo_path, spark),
+            processing_time=ProcessingTimeModel(ms("min_gap"), ms("min_delay")),
+            operator_delay_ms=ms("operator_delay"),
+            null_keys=option("null_keys", "refuse"),  # type: ignore[arg-type]
+        )
+    if not view.aggregations:
+        raise ValueError(f"{where}: declare the window with `aggregations`")
 
     bound_ms = milliseconds(source.kafka_options.watermark_delay_threshold)
     idle_timeout = ms("idle_timeout") or None

@@ -80,7 +80,8 @@ def project_logs(config: RepoConfig, project: str) -> str | None:
 def emissions_for(config: RepoConfig, view: StreamFeatureView) -> DataFrame:
     """The view's emission log, backfilled first when missing or stale."""
     path = f"{project_logs(config, config.project)}/{view.name}"
-    return ensure_emission_log(spark_for(config), stream_job(view, config.repo_path), path)
+    spark = spark_for(config)
+    return ensure_emission_log(spark, stream_job(view, config.repo_path, spark), path)
 
 
 def spark_format(file_format: Any, where: str) -> str:

@@ -70,25 +70,27 @@ _UNITS = {
 
 
 def job_from_sql(
-    spark: SparkSession,
+    spark: SparkSession | None,
     script: str,
-    archives: Mapping[str, ArchivedTopic],
+    archives: Mapping[str, ArchivedTopic | str],
     insert: str | None = None,
 ) -> StreamJob:
-    """The job ``script`` runs, over ``archives`` (an archived topic per Kafka table name).
+    """The job ``script`` runs, over ``archives``: per Kafka table name (or per topic), an
+    :class:`ArchivedTopic` or the path of a Delta table of the topic's records.
 
     ``insert`` names the target table of the ``INSERT`` to map when the script has several.
     Raises :class:`UnsupportedSqlError` naming construct, line and column for anything not
-    mapped exactly; with periodic watermarks, ``spark`` reads the archive to check that each
+    mapped exactly. With periodic watermarks, ``spark`` reads the archive to check that each
     partition's event times never decrease (where they do, SQL's periodic watermark is not
-    the one the plugin models).
+    the one the plugin models); without ``spark`` (checking a declaration before any data is
+    read) that check is left to a later call with one.
     """
     read = read_script(script)
     chosen = _insert(read, insert)
     table = _source(read, chosen)
     topic = _topic(table, archives)
     watermark = _watermark(read.options, table)
-    if watermark.emission == "periodic":
+    if watermark.emission == "periodic" and spark is not None:
         _check_in_order(spark, topic, table)
     keys = list(chosen.keys)
     return StreamJob(
@@ -165,16 +167,26 @@ def _source(read: Script, insert: WindowedInsert) -> Table:
     return table
 
 
-def _topic(table: Table, archives: Mapping[str, ArchivedTopic]) -> ArchivedTopic:
+def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> ArchivedTopic:
     """The table's archive, reading its event time from the watermark's column."""
-    if table.name not in archives:
-        raise ValueError(f"no archive given for the Kafka table {table.name!r}")
-    topic = archives[table.name]
     name = table.option("topic")
-    if name is None or name.value != topic.name:
+    if name is None:
+        raise UnsupportedSqlError(
+            f"the table {table.name} without a 'topic'",
+            table.at.line,
+            table.at.column,
+            "one topic per table is mapped ('topic-pattern' and lists are not)",
+        )
+    given = archives.get(table.name, archives.get(name.value))
+    if given is None:
         raise ValueError(
-            f"table {table.name!r} reads topic {name.value if name else None!r}, "
-            f"its archive is of topic {topic.name!r}"
+            f"no archive given for the Kafka table {table.name!r} (topic {name.value!r})"
+        )
+    topic = ArchivedTopic(name.value, path=given) if isinstance(given, str) else given
+    if topic.name != name.value:
+        raise ValueError(
+            f"table {table.name!r} reads topic {name.value!r}, its archive is of topic "
+            f"{topic.name!r}"
         )
     assert table.watermark is not None
     return replace(topic, timestamp_col=table.watermark.column)
