@@ -134,6 +134,9 @@ def test_the_cli_backfills_the_script_and_the_view_alike(repo, spark, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout == f"4 emissions written to {out}\n"
     by_sql = spark.read.format("delta").load(str(out))
+    # The explain commands take the script's job as any view's: tumbling, no lateness.
+    result = runner.invoke(cli, ["--chdir", str(repo), "plan", "spend_sql"])
+    assert result.stdout.startswith("strategy: aligned-unsorted\n"), result.output
     result = runner.invoke(cli, ["--chdir", str(repo), "backfill", "spend_sql"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("4 emissions written to ")
