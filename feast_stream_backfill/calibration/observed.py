@@ -42,12 +42,11 @@ class ObservedWrites:
     features: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if (self.path is None) == (self.dataframe is None):
-            raise ValueError("observed writes need a path or a DataFrame, exactly one")
+        table_of(self.path, self.dataframe, "observed writes")
 
     @property
     def archive(self) -> Archive:
-        return DeltaArchive(self.path) if self.path else DataFrameArchive(self.dataframe)
+        return table_of(self.path, self.dataframe, "observed writes")
 
     @property
     def where(self) -> str:
@@ -58,14 +57,16 @@ class ObservedWrites:
         :data:`STAMP_MS` (null without a stamp), :data:`START_MS`, :data:`END_MS` (null without
         an end). A missing column, one of the wrong type, or a null write time is refused,
         named."""
-        try:
-            df = self.archive.read(spark)
-        except BadArchiveError as exc:
-            raise BadArchiveError(f"{self.where}: {exc}") from exc
         source = {feature: self.features.get(feature, feature) for feature in features}
         times = [self.write_time, self.window_start]
         times += [c for c in (self.processing_time, self.window_end) if c is not None]
-        self._check(df, [*keys, *source.values()], times, source.values())
+        df = read_checked(spark, self.archive, self.where, keys, times, list(source.values()))
+        nulls = df.filter(F.col(self.write_time).isNull()).count()
+        if nulls:
+            raise BadArchiveError(
+                f"{self.where}: {nulls:,} write(s) with a null {self.write_time!r}: when each "
+                "value was written is what calibration compares"
+            )
         return df.select(
             *keys,
             *(F.col(column).alias(feature) for feature, column in source.items()),
@@ -77,33 +78,44 @@ class ObservedWrites:
             (_ms(self.window_end) if self.window_end else F.lit(None).cast("long")).alias(END_MS),
         )
 
-    def _check(
-        self, df: DataFrame, columns: Sequence[str], times: Sequence[str], values: Sequence[str]
-    ) -> None:
-        missing = [c for c in [*columns, *times] if c not in df.columns]
-        if missing:
+
+def table_of(path: str | None, dataframe: DataFrame | None, what: str) -> Archive:
+    """The live job's table given by ``path`` (Delta) or ``dataframe``: exactly one."""
+    if (path is None) == (dataframe is None):
+        raise ValueError(f"{what} need a path or a DataFrame, exactly one")
+    return DeltaArchive(path) if path else DataFrameArchive(dataframe)
+
+
+def read_checked(
+    spark: SparkSession,
+    archive: Archive,
+    where: str,
+    keys: Sequence[str],
+    times: Sequence[str],
+    values: Sequence[str],
+) -> DataFrame:
+    """The table, refused (named) where a key, time or value column is missing, a time is
+    not a timestamp or a value not a number."""
+    try:
+        df = archive.read(spark)
+    except BadArchiveError as exc:
+        raise BadArchiveError(f"{where}: {exc}") from exc
+    missing = [c for c in [*keys, *values, *times] if c not in df.columns]
+    if missing:
+        raise BadArchiveError(f"{where}: no column {missing[0]!r} (it has {sorted(df.columns)})")
+    for column in times:
+        kind = df.schema[column].dataType
+        if not isinstance(kind, TimestampType | TimestampNTZType):
             raise BadArchiveError(
-                f"{self.where}: no column {missing[0]!r} (it has {sorted(df.columns)})"
+                f"{where}: column {column!r} is {kind.simpleString()}, not a timestamp"
             )
-        for column in times:
-            kind = df.schema[column].dataType
-            if not isinstance(kind, TimestampType | TimestampNTZType):
-                raise BadArchiveError(
-                    f"{self.where}: column {column!r} is {kind.simpleString()}, not a timestamp"
-                )
-        for column in values:
-            kind = df.schema[column].dataType
-            if not isinstance(kind, NumericType):
-                raise BadArchiveError(
-                    f"{self.where}: feature column {column!r} is {kind.simpleString()}, "
-                    "not a number"
-                )
-        nulls = df.filter(F.col(self.write_time).isNull()).count()
-        if nulls:
+    for column in values:
+        kind = df.schema[column].dataType
+        if not isinstance(kind, NumericType):
             raise BadArchiveError(
-                f"{self.where}: {nulls:,} write(s) with a null {self.write_time!r}: when each "
-                "value was written is what calibration compares"
+                f"{where}: feature column {column!r} is {kind.simpleString()}, not a number"
             )
+    return df
 
 
 def _ms(column: str) -> Column:

@@ -19,7 +19,6 @@ reproduce there.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
@@ -27,17 +26,16 @@ from functools import reduce
 import numpy as np
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import NumericType, TimestampNTZType, TimestampType
 
-from feast_stream_backfill.archives import Archive, DataFrameArchive, DeltaArchive
+from feast_stream_backfill.archives import Archive
 from feast_stream_backfill.calibration.fit import LEVELS, Delay
 from feast_stream_backfill.calibration.matching import same_value
+from feast_stream_backfill.calibration.observed import read_checked, table_of
 from feast_stream_backfill.calibration.visibility import (
     UNCERTAIN_BELOW,
     visible_probability_column,
 )
 from feast_stream_backfill.carry_forward import carry_forward
-from feast_stream_backfill.errors import BadArchiveError
 
 #: Feast's ``FieldStatus.OUTSIDE_MAX_AGE``: the value had expired (the ttl), so the request
 #: says nothing of when it was written.
@@ -76,12 +74,11 @@ class ObservedServes:
     features: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if (self.path is None) == (self.dataframe is None):
-            raise ValueError("observed serves need a path or a DataFrame, exactly one")
+        table_of(self.path, self.dataframe, "observed serves")
 
     @property
     def archive(self) -> Archive:
-        return DeltaArchive(self.path) if self.path else DataFrameArchive(self.dataframe)
+        return table_of(self.path, self.dataframe, "observed serves")
 
     @property
     def where(self) -> str:
@@ -93,29 +90,10 @@ class ObservedServes:
     def read(self, spark: SparkSession, keys: Sequence[str], features: Sequence[str]) -> DataFrame:
         """The requests with the job's key and feature names and a TIMESTAMP :data:`_AT`; a
         missing column or one of the wrong type is refused, named."""
-        try:
-            df = self.archive.read(spark)
-        except BadArchiveError as exc:
-            raise BadArchiveError(f"{self.where}: {exc}") from exc
         source = {feature: self.column(feature) for feature in features}
-        missing = [c for c in [*keys, self.request_time, *source.values()] if c not in df.columns]
-        if missing:
-            raise BadArchiveError(
-                f"{self.where}: no column {missing[0]!r} (it has {sorted(df.columns)})"
-            )
-        kind = df.schema[self.request_time].dataType
-        if not isinstance(kind, TimestampType | TimestampNTZType):
-            raise BadArchiveError(
-                f"{self.where}: column {self.request_time!r} is {kind.simpleString()}, "
-                "not a timestamp"
-            )
-        for column in source.values():
-            kind = df.schema[column].dataType
-            if not isinstance(kind, NumericType):
-                raise BadArchiveError(
-                    f"{self.where}: feature column {column!r} is {kind.simpleString()}, "
-                    "not a number"
-                )
+        df = read_checked(
+            spark, self.archive, self.where, keys, [self.request_time], list(source.values())
+        )
         statuses = [f"{c}__status" for c in source.values() if f"{c}__status" in df.columns]
         fresh = reduce(
             Column.__and__,
@@ -352,7 +330,7 @@ def fit_serves(
     placed = classified(around(requests, emissions, keys, features), features).persist()
     counts = count_kinds(placed)
     bins = binned(observations(placed))
-    if len(bins.x) == 0 or not math.isfinite(bins.n.sum()):
+    if len(bins.x) == 0:
         return ServeFit(counts, None, []), placed
     delay, quantiles = fitted_from(bins)
     return ServeFit(counts, delay, quantiles), placed
