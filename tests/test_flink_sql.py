@@ -130,8 +130,13 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             script().replace("ts - INTERVAL '5' SECOND", "ts"),
             "line 4, column 3: the watermark bound of 0 ms is not supported",
         ),
+        (
+            # Flink's AVG of a BIGINT divides as longs (AVG of 3 and 8 is 5), not as the mean
+            script().replace("amount DOUBLE", "amount BIGINT").replace("SUM(", "AVG("),
+            "line 8, column 43: AVG of the BIGINT column amount is not supported",
+        ),
     ],
-    ids=["cumulate", "over", "join", "set", "alignment", "bound-0"],
+    ids=["cumulate", "over", "join", "set", "alignment", "bound-0", "avg-of-bigint"],
 )
 def test_refusals_name_the_construct_line_and_column(sql, message):
     with pytest.raises(UnsupportedSqlError) as refused:

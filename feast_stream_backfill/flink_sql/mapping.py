@@ -20,6 +20,8 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   default 200 ms). At 0 the periodic generator is never asked to emit: refused.
 - ``scan.watermark.idle-timeout`` (else ``table.exec.source.idle-timeout``; 0 is off) is
   ``WatermarkStrategy.withIdleness`` on the pushed-down strategy: ``idle_timeout_ms``.
+- ``AVG`` keeps its argument's type (an integer division for integer columns): mapped onto
+  the plugin's double ``mean`` only for a ``DOUBLE`` column.
 - The window TVF aggregation fires a window when the watermark reaches ``window_end - 1``
   (``TimeWindowUtil.isWindowFired``), once, and drops a record whose windows have all
   fired: the plugin's ``EventTimeTrigger`` with no allowed lateness.
@@ -90,6 +92,7 @@ def job_from_sql(
     table = _source(read, chosen)
     topic = _topic(table, archives)
     watermark = _watermark(read.options, table)
+    _check_means(chosen, table)
     if watermark.emission == "periodic" and spark is not None:
         _check_in_order(spark, topic, table)
     keys = list(chosen.keys)
@@ -165,6 +168,21 @@ def _source(read: Script, insert: WindowedInsert) -> Table:
             "TIMESTAMP(3) is mapped (TIMESTAMP_LTZ windows follow table.local-time-zone)",
         )
     return table
+
+
+def _check_means(insert: WindowedInsert, table: Table) -> None:
+    """``AVG`` keeps its argument's type in Flink (``AvgAggFunction``: of a BIGINT, the sum
+    divided as longs, AVG(3, 8) = 5); the plugin's mean is a double: exact for a DOUBLE."""
+    types = {c.name: c.type for c in table.columns}
+    for aggregate in insert.aggregates:
+        if aggregate.function == "mean" and types.get(aggregate.column or "") != "DOUBLE":
+            raise UnsupportedSqlError(
+                f"AVG of the {types.get(aggregate.column or '')} column {aggregate.column}",
+                aggregate.at.line,
+                aggregate.at.column,
+                "Flink's AVG keeps its argument's type (of a BIGINT: an integer division), "
+                "the plugin's mean is a DOUBLE: declare the column DOUBLE",
+            )
 
 
 def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> ArchivedTopic:

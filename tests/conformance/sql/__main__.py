@@ -1,0 +1,127 @@
+"""On-demand Flink SQL conformance run: ``python -m tests.conformance.sql [--random N]
+[--seed S] [--plugin]``.
+
+Runs the hand-written jobs and N random ones (:mod:`jobs`) on Flink SQL (one JVM) and compares
+each emission log (rows, values, emit times, order per key and instant) and the dropped
+records with the reference simulator's log of the job ``job_from_sql`` maps the script onto
+and, with ``--plugin``, with the plugin's backfill of the script (one Spark session; some 20 s
+a job on a loaded 2-core machine). Prints counts per construct (TUMBLE/HOP x emission x
+idleness, and per aggregate function), every disagreement, wall times; exits 1 on any
+disagreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from tests.conformance.sql.harness import (
+    SqlJob,
+    build,
+    compare,
+    flink_log,
+    plugin_log,
+    run_flink,
+    simulated_log,
+)
+from tests.conformance.sql.jobs import generated, hand_written
+
+SPARK_CONF = Path(__file__).resolve().parents[2] / "spark_conf"
+
+
+def constructs(job: SqlJob) -> list[str]:
+    """The counts a job adds to: its window x emission x idleness, its functions, value type."""
+    idle = "idle" if job.idle else "not idle"
+    return [
+        f"{job.window} x {job.emission} x {idle}",
+        *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.conformance.sql")
+    parser.add_argument("--random", type=int, default=100, help="random jobs (default 100)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plugin", action="store_true", help="also the Spark backfill (slow)")
+    parser.add_argument("--show", type=int, default=3, help="disagreements printed in full")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    jobs = hand_written() + generated(args.random, args.seed)
+    runs = run_flink(build(), jobs)
+    flink_seconds = time.monotonic() - started
+
+    references: dict[str, Callable[[SqlJob], tuple]] = {
+        "the simulator of job_from_sql's job": simulated_log
+    }
+    if args.plugin:  # Spark starts only here
+        from feast_stream_backfill.spark import get_spark
+
+        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF))  # the test suite's: faster
+        conf = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+        references["the plugin's backfill"] = partial(plugin_log, get_spark(conf))
+    failed = False
+    for name, reference in references.items():
+        reference_started = time.monotonic()
+        failed |= not _compare(jobs, runs, name, reference, args.show)
+        print(f"  {time.monotonic() - reference_started:.1f} s")
+    print(
+        f"Flink SQL run of {len(jobs)} jobs: {flink_seconds:.1f} s (one JVM, build included); "
+        f"whole run {time.monotonic() - started:.1f} s"
+    )
+    return 1 if failed else 0
+
+
+def _compare(
+    jobs: list[SqlJob], runs: list, name: str, reference: Callable[[SqlJob], tuple], show: int
+) -> bool:
+    """Compare every job's Flink SQL log with ``reference``'s, print the counts; True if all
+    are identical."""
+    seen: Counter[str] = Counter()
+    identical: Counter[str] = Counter()
+    rows = matched = dropped = shown = firing = 0
+    failed = []
+    for job, run in zip(jobs, runs, strict=True):
+        flink_rows, flink_dropped, odd = flink_log(run, job)
+        try:
+            problems = odd + compare((flink_rows, flink_dropped), reference(job))
+        except Exception as error:  # reported with the job; the others go on
+            problems = [f"raised {type(error).__name__}: {str(error).strip()[-600:]}"]
+        rows += len(flink_rows)
+        firing += bool(flink_rows)
+        matched += len(flink_rows) - sum(p.startswith("Flink only") for p in problems)
+        dropped += sum(flink_dropped.values())
+        for construct in constructs(job):
+            seen[construct] += 1
+            identical[construct] += not problems
+        if problems:
+            failed.append(job.name)
+            if shown < show:
+                shown += 1
+                print(f"{name} disagrees on {job.name}:\n{job.script}")
+                print(f"  records (partition, offset, et, key, value): {_records(job)}")
+                print("  " + "\n  ".join(problems[:12]))
+            else:
+                print(f"{name} disagrees on {job.name} ({constructs(job)[0]}): {problems[0]}")
+    print(
+        f"Flink SQL vs {name}: {len(jobs) - len(failed)}/{len(jobs)} jobs identical "
+        f"({firing} with rows); {matched}/{rows} Flink rows matched; "
+        f"{dropped} dropped (record, window) pairs"
+    )
+    for construct in sorted(seen):
+        print(f"  {construct}: {identical[construct]}/{seen[construct]}")
+    return not failed
+
+
+def _records(job: SqlJob) -> list[tuple]:
+    return [(r.partition, r.offset, r.et, r.key, r.value) for r in job.records]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

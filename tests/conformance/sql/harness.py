@@ -1,0 +1,281 @@
+"""Run a Flink SQL script on real Flink SQL and compare its output with the plugin's backfill of
+the same script (``job_from_sql``).
+
+``FlinkSqlReplay.java`` (``src/``) has Flink's planner translate the script's ``INSERT`` and
+drives the operators it builds deterministically: the Kafka table is read through a test
+connector that, as Kafka's, takes the watermark strategy the planner pushes down
+(``SupportsWatermarkPushDown``: the ``WATERMARK`` clause, emit strategy, idleness) and runs it
+as a source does (a generator per partition, periodic ticks at multiples of the interval); the
+window aggregation and every operator around it run in Flink's operator test harnesses.
+Records are fed in the reference simulator's processing order (``processing_times``), not the
+plugin's: the plugin's own ordering is under test.
+
+Flink is fetched by ``mvn`` with ``pom.xml`` into ``lib/`` and the replay compiled into
+``classes/`` (both git-ignored), lazily and idempotently by :func:`build`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest.mock import patch
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from feast_stream_backfill import backfill
+from feast_stream_backfill.flink_sql import job_from_sql, mapping
+from feast_stream_backfill.records import ArchivedTopic
+from tests.conformance.harness import _stale
+from tests.reference_simulator import Job, Record, processing_times, simulate
+
+HERE = Path(__file__).resolve().parent
+LIB, CLASSES = HERE / "lib", HERE / "classes"
+SOURCES = sorted((HERE / "src").glob("*.java"))
+SERVICES = HERE / "resources" / "META-INF" / "services"
+#: The Kafka table every generated script reads, and its topic.
+TABLE = "events"
+#: Flink's output has no firing kind: a window TVF aggregation fires each window once, on time.
+ON_TIME = "on_time"
+
+
+@dataclass(frozen=True)
+class SqlJob:
+    """A script and its archive. A record's ``key`` holds its key columns' values joined by
+    ``|`` (in ``keys`` order); ``value`` is ``amount``, of SQL type ``value_type``."""
+
+    name: str
+    script: str
+    records: list[Record]
+    keys: tuple[str, ...]
+    value_type: str  # DOUBLE or BIGINT
+    size: int  # ms
+    slide: int  # ms; 0: TUMBLE
+    functions: tuple[str, ...]  # jobs.AGGREGATES' names, output as a0, a1, ... in this order
+    emission: str  # periodic or on-event
+    idle: bool  # an idle timeout is set
+
+    @property
+    def aggregates(self) -> tuple[str, ...]:
+        return tuple(f"a{i}" for i in range(len(self.functions)))
+
+    @property
+    def window(self) -> str:
+        return "HOP" if self.slide else "TUMBLE"
+
+
+@dataclass
+class SqlRun:
+    """What Flink SQL did: the rows reaching the sink, each with its cause and time, and per
+    record the window operator's watermark before it and whether it counted it as dropped."""
+
+    columns: list[str] = field(default_factory=list)
+    fired: list[tuple] = field(default_factory=list)  # (cause, time, watermark, *row)
+    records: list[tuple[int, int]] = field(default_factory=list)  # (watermark, late-dropped)
+
+
+def build() -> str:
+    """Fetch Flink SQL's jars and compile the replay if not done yet; returns the classpath."""
+    for tool in ("mvn", "javac", "java"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(
+                f"the Flink SQL conformance harness needs {tool!r} (Java 17+, Maven)"
+            )
+    done = LIB / ".complete"
+    if _stale(done, HERE / "pom.xml"):
+        shutil.rmtree(LIB, ignore_errors=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"],
+            check=True,
+        )
+        done.touch()
+    stamp = CLASSES / ".complete"
+    if _stale(stamp, *SOURCES, done):
+        shutil.rmtree(CLASSES, ignore_errors=True)
+        subprocess.run(
+            ["javac", "-nowarn", "-d", str(CLASSES), "-cp", f"{LIB}/*", *map(str, SOURCES)],
+            check=True,
+        )
+        shutil.copytree(SERVICES, CLASSES / "META-INF" / "services", dirs_exist_ok=True)
+        stamp.touch()
+    return f"{CLASSES}:{LIB}/*"
+
+
+def processing_order(job: SqlJob) -> list[tuple[int, Record]]:
+    """The distinct records as ``(pt, record)`` in global processing order, by the reference
+    simulator (the plugin's default processing-time model: no delays)."""
+    return processing_times(job.records, Job(size=job.size))
+
+
+def _feed(job: SqlJob) -> str:
+    """``r partition offset pt`` and the row's physical columns: keys, amount, ts (ms)."""
+    lines = []
+    for pt, r in processing_order(job):
+        value = int(r.value) if job.value_type == "BIGINT" else r.value
+        fields = " ".join([*r.key.split("|"), str(value), str(r.et)])
+        lines.append(f"r {r.partition} {r.offset} {pt} {fields}")
+    return "\n".join(lines) + "\n"
+
+
+def run_flink(classpath: str, jobs: list[SqlJob]) -> list[SqlRun]:
+    """Run every job's script on Flink SQL in one JVM."""
+    with tempfile.TemporaryDirectory(prefix="flink-sql-conformance-") as tmp:
+        args = []
+        for i, job in enumerate(jobs):
+            (Path(tmp) / f"{i}.sql").write_text(job.script)
+            (Path(tmp) / f"{i}.in").write_text(_feed(job))
+            args += [f"{tmp}/{i}.sql", f"{tmp}/{i}.in", f"{tmp}/{i}.out"]
+        done = subprocess.run(
+            ["java", "-XX:+UseSerialGC", "-cp", classpath, "FlinkSqlReplay", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode:
+            raise RuntimeError(f"the Flink SQL replay failed:\n{done.stderr[-4000:]}")
+        return [_parse((Path(tmp) / f"{i}.out").read_text()) for i in range(len(jobs))]
+
+
+def _parse(text: str) -> SqlRun:
+    run = SqlRun()
+    for line in text.splitlines():
+        kind, *f = line.split(" ")
+        if kind == "columns":
+            run.columns = f
+        elif kind == "rec":
+            run.records.append((int(f[1]), int(f[2])))
+        elif kind == "fire":
+            run.fired.append((f[0], int(f[1]), int(f[2]), *f[3:]))
+    return run
+
+
+def _number(text: str) -> float | None:
+    return None if text == "null" else float(text)
+
+
+def window_starts(et: int, job: SqlJob) -> list[int]:
+    """The starts of the windows holding ``et`` (TUMBLE: one; HOP: size / slide)."""
+    slide = job.slide or job.size
+    last = et - et % slide
+    return [s for s in range(last, et - job.size, -slide)]
+
+
+def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], list[str]]:
+    """Flink's rows as an emission log in the plugin's shape ``(key, start, end, emit_time,
+    emit_sequence, firing, *aggregates)``, ``emit_sequence`` the output order per (key,
+    emit_time); the dropped (key, window start) pairs: every window of a record the window
+    operator's late-records counter counted, else those that had fired (``window_end - 1 <=
+    W``, ``TimeWindowUtil.isWindowFired``) when it came; and where the two disagree (the
+    counter's record with a window not yet fired, or the reverse)."""
+    n_keys = len(job.keys)
+    sequence: dict[tuple, int] = defaultdict(int)
+    emissions = []
+    for _cause, time, _wm, *row in run.fired:
+        key = "|".join(row[:n_keys])
+        start, end = int(row[n_keys]), int(row[n_keys + 1])
+        values = tuple(_number(v) for v in row[n_keys + 2 :])
+        emissions.append((key, start, end, time, sequence[(key, time)], ON_TIME, *values))
+        sequence[(key, time)] += 1
+    dropped: dict[tuple, int] = defaultdict(int)
+    odd = []
+    for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
+        starts = window_starts(r.et, job)
+        fired = [s for s in starts if s + job.size - 1 <= watermark]
+        if counted and len(fired) < len(starts) or not counted and len(fired) == len(starts):
+            odd.append(f"record {r} at W={watermark}: counted late {counted}, fired {fired}")
+        for start in starts if counted else fired:
+            dropped[(r.key, start)] += 1
+    return emissions, dict(dropped), odd
+
+
+def archive(spark: SparkSession, job: SqlJob) -> ArchivedTopic:
+    """The job's records as the archived topic ``job_from_sql`` reads (``ts`` a TIMESTAMP)."""
+    value = "long" if job.value_type == "BIGINT" else "double"
+    keys = ", ".join(f"{k} string" for k in job.keys)
+    rows = [
+        (
+            r.partition,
+            r.offset,
+            r.et,
+            *r.key.split("|"),
+            int(r.value) if value == "long" else r.value,
+        )
+        for r in job.records
+    ]
+    df = spark.createDataFrame(rows, f"partition int, offset long, et long, {keys}, amount {value}")
+    return ArchivedTopic(TABLE, dataframe=df.withColumn("ts", F.timestamp_millis("et")).drop("et"))
+
+
+def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
+    """The plugin's backfill of the script, in :func:`flink_log`'s shape."""
+    result = backfill(spark, job_from_sql(spark, job.script, {TABLE: archive(spark, job)}))
+    ms = F.unix_millis
+    key = F.concat_ws("|", *job.keys)
+    emissions = [
+        (r[0], r[1], r[2], r[3], r[4], r[5], *(None if v is None else float(v) for v in r[6:]))
+        for r in result.emissions.select(
+            key,
+            ms("window_start"),
+            ms("window_end"),
+            ms("emit_time"),
+            "emit_sequence",
+            "firing",
+            *job.aggregates,
+        ).collect()
+    ]
+    dropped = {
+        (r[0], r[1]): r[2]
+        for r in result.dropped.select(key, ms("window_start"), "dropped_count").collect()
+    }
+    result.release()
+    return emissions, dropped
+
+
+def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
+    """The reference simulator's log of the job ``job_from_sql`` maps the script onto (its
+    window, watermark and aggregates), in :func:`flink_log`'s shape: the mapping checked on
+    many more jobs than a backfill each allows (tests/test_differential.py holds the simulator
+    equal to the backfill). Without Spark: the archive is not read, so ``job_from_sql``'s
+    check that periodic jobs' partitions are in event-time order is skipped here (the
+    generated periodic archives are, by construction; :func:`plugin_log` runs the check)."""
+    with patch.object(mapping, "_check_in_order", lambda *_: None):
+        mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})  # type: ignore[arg-type]
+    watermark, window = mapped.watermark, mapped.window
+    model = Job(
+        size=window.size_ms,
+        slide=getattr(window, "slide_ms", 0),
+        bound=watermark.out_of_orderness_ms,
+        interval=watermark.interval_ms,
+        emission=watermark.emission,
+        idleness=watermark.idle_timeout_ms or 0,
+    )
+    emissions, dropped = simulate(job.records, model)
+    values = {
+        "sum": lambda count, total, low, high: total,
+        "count": lambda count, total, low, high: float(count),
+        "mean": lambda count, total, low, high: total / count,
+        "min": lambda count, total, low, high: low,
+        "max": lambda count, total, low, high: high,
+    }
+    log = [(*e[:6], *(values[a.function](*e[6:]) for a in mapped.aggregations)) for e in emissions]
+    return log, dropped
+
+
+def _order(e: tuple) -> tuple:
+    return (e[0], e[3], e[4], e[1])
+
+
+def compare(flink: tuple[list[tuple], dict], plugin: tuple[list[tuple], dict]) -> list[str]:
+    """Differences as readable lines (empty: identical rows, values, emit times, order per key
+    and instant, and dropped pairs); rows are compared as multisets."""
+    f_rows, p_rows = Counter(flink[0]), Counter(plugin[0])
+    problems = [f"Flink only:  {e}" for e in sorted((f_rows - p_rows).elements(), key=_order)]
+    problems += [f"plugin only: {e}" for e in sorted((p_rows - f_rows).elements(), key=_order)]
+    for k in sorted(set(flink[1]) | set(plugin[1])):
+        if flink[1].get(k) != plugin[1].get(k):
+            problems.append(f"dropped {k}: Flink {flink[1].get(k)}, plugin {plugin[1].get(k)}")
+    return problems

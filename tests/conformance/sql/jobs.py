@@ -1,0 +1,251 @@
+"""Flink SQL jobs for the SQL conformance harness: random scripts over random archives, and two
+hand-written ones.
+
+A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
+TUMBLE or HOP aggregation of ``amount``. What varies: the window's size and slide, the
+watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
+MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
+Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
+.idle-timeout``, or both: the table's wins), one or two key columns, one to three partitions,
+times near 0 or at a realistic epoch instant. Periodic jobs get archives whose event times never
+go back within a partition (``job_from_sql`` refuses the others, rightly); on-event ones also
+get shuffled ones. Some partitions stop early or pause, so that idleness acts.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tests.conformance.scenarios import BASE
+from tests.conformance.sql.harness import TABLE, SqlJob
+from tests.reference_simulator import Record
+
+#: (SQL, output name stem) per aggregate function; COUNT appears with * and with the column.
+AGGREGATES = {
+    "SUM": "SUM(amount)",
+    "COUNT(*)": "COUNT(*)",
+    "COUNT": "COUNT(amount)",
+    "AVG": "AVG(amount)",
+    "MIN": "MIN(amount)",
+    "MAX": "MAX(amount)",
+}
+
+
+def _interval(ms: int) -> str:
+    """An interval literal of ``ms`` milliseconds: MINUTE when whole minutes, else SECOND
+    (Flink SQL has no MILLISECOND unit; SECOND's default precision holds up to 99)."""
+    if ms % 60_000 == 0:
+        return f"INTERVAL '{ms // 60_000}' MINUTE"
+    if ms >= 100_000:
+        raise ValueError(f"{ms} ms: not a whole number of minutes, above SECOND's 99")
+    return f"INTERVAL '{ms / 1000:g}' SECOND"
+
+
+def script(
+    keys: tuple[str, ...],
+    value_type: str,
+    size: int,
+    slide: int,
+    bound: int,
+    functions: list[str],
+    *,
+    emit: str | None = None,
+    interval: int | None = None,
+    scan_idle: int | None = None,
+    set_idle: int | None = None,
+) -> str:
+    """The script: ``SET``s, the Kafka table, the ``INSERT``."""
+    sets = []
+    if interval is not None:
+        sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
+    if set_idle is not None:
+        sets.append(f"SET 'table.exec.source.idle-timeout' = '{set_idle} ms';")
+    options = ["'connector' = 'kafka'", f"'topic' = '{TABLE}'", "'format' = 'json'"]
+    if emit is not None:
+        options.append(f"'scan.watermark.emit.strategy' = '{emit}'")
+    if scan_idle is not None:
+        options.append(f"'scan.watermark.idle-timeout' = '{scan_idle}ms'")
+    columns = ", ".join(f"{k} STRING" for k in keys)
+    window = (
+        f"HOP(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(slide)}, {_interval(size)})"
+        if slide
+        else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
+    )
+    selected = ", ".join(f"{AGGREGATES[f]} AS a{i}" for i, f in enumerate(functions))
+    group = ", ".join(keys)
+    return "\n".join(
+        [
+            *sets,
+            f"CREATE TABLE {TABLE} (",
+            f"  {columns}, amount {value_type}, ts TIMESTAMP(3),",
+            f"  WATERMARK FOR ts AS ts - {_interval(bound)}",
+            f") WITH ({', '.join(options)});",
+            "INSERT INTO windowed",
+            f"SELECT {group}, window_start, window_end, {selected}",
+            f"FROM TABLE({window})",
+            f"GROUP BY {group}, window_start, window_end;",
+            "",
+        ]
+    )
+
+
+def _archive(
+    rng: random.Random, partitions: int, unit: int, base: int, keys: int, shuffle: bool, idle: bool
+) -> list[Record]:
+    """Per partition, event times rising by 0 to 12 units (a pause of 40 to 120 units now and
+    then); shuffled within a partition when asked. With idleness, some partitions stop early
+    (without it, such a partition holds the watermark back: nothing would fire)."""
+    users = [f"u{i}" for i in range(rng.randint(1, 3))]
+    regions = [f"r{i}" for i in range(rng.randint(1, 2))]
+    records = []
+    for p in range(partitions):
+        n = rng.randint(5, 25)
+        if idle and partitions > 1 and rng.random() < 0.3:
+            n = rng.randint(1, 4)  # stops early: idle from then on
+        et = rng.randint(0, 20)
+        times = []
+        for _ in range(n):
+            et += rng.randint(40, 120) if rng.random() < 0.1 else rng.randint(0, 12)
+            times.append(et)
+        if shuffle:
+            for i in range(len(times) - 1):
+                if rng.random() < 0.3:
+                    j = min(len(times) - 1, i + rng.randint(1, 3))
+                    times[i], times[j] = times[j], times[i]
+        for offset, t in enumerate(times):
+            key = rng.choice(users) + (f"|{rng.choice(regions)}" if keys == 2 else "")
+            records.append(Record(TABLE, p, offset, base + t * unit, key, float(rng.randint(1, 9))))
+    return records
+
+
+def generated(n: int, seed: int) -> list[SqlJob]:
+    """``n`` random jobs from ``seed``."""
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(n):
+        unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
+        base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
+        hop = rng.random() < 0.5
+        slide = rng.choice([5, 10, 20]) * unit if hop else 0
+        size = slide * rng.randint(2, 4) if hop else rng.choice([10, 20, 30, 50]) * unit
+        bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
+        emission = rng.choice(["periodic", "on-event"])
+        emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
+        interval = rng.choice([None, 1 * unit, 5 * unit, 10 * unit, 25 * unit])
+        idleness = rng.choice(["off", "off", "scan", "set", "both"])
+        timeout = rng.choice([5, 20, 60]) * unit
+        scan_idle = timeout if idleness in ("scan", "both") else None
+        set_idle = {"set": timeout, "both": rng.choice([0, 3 * timeout]), "off": None}.get(
+            idleness, rng.choice([None, 0])
+        )
+        keys = ("user_id",) if rng.random() < 0.7 else ("user_id", "region")
+        value_type = rng.choice(["DOUBLE", "DOUBLE", "DOUBLE", "BIGINT"])
+        # AVG of a BIGINT is refused by job_from_sql: Flink's is an integer division.
+        names = [f for f in AGGREGATES if value_type == "DOUBLE" or f != "AVG"]
+        functions = rng.sample(names, rng.randint(1, 4))
+        shuffle = emission == "on-event" and rng.random() < 0.6
+        idle = bool(scan_idle or set_idle)
+        records = _archive(rng, rng.randint(1, 3), unit, base, len(keys), shuffle, idle)
+        text = script(
+            keys,
+            value_type,
+            size,
+            slide,
+            bound,
+            functions,
+            emit=emit,
+            interval=interval,
+            scan_idle=scan_idle,
+            set_idle=set_idle,
+        )
+        jobs.append(
+            SqlJob(
+                name=f"random_{seed}_{i}",
+                script=text,
+                records=records,
+                keys=keys,
+                value_type=value_type,
+                size=size,
+                slide=slide,
+                functions=tuple(functions),
+                emission=emission,
+                idle=idle,
+            )
+        )
+    return jobs
+
+
+def _rows(partition: int, rows: list[tuple[int, str, float]], base: int = 0) -> list[Record]:
+    """``(et, key, value)`` rows at offsets 0, 1, 2, ... of ``partition``."""
+    return [Record(TABLE, partition, o, base + et, k, v) for o, (et, k, v) in enumerate(rows)]
+
+
+#: The guide's example: one partition, in order, 5-minute TUMBLE, B = 5 s, periodic every
+#: 200 ms, idle after 1 min. Seconds after BASE: u1 10, u1 170, u2 310, u1 380, u2 640, u1 740.
+EXAMPLE = SqlJob(
+    name="tumble_periodic_example",
+    script=script(
+        ("user_id",),
+        "DOUBLE",
+        300_000,
+        0,
+        5_000,
+        ["SUM", "COUNT(*)"],
+        interval=200,
+        scan_idle=60_000,
+    ),
+    records=_rows(
+        0,
+        [
+            (s * 1000, k, v)
+            for s, k, v in [
+                (10, "u1", 1.0),
+                (170, "u1", 2.0),
+                (310, "u2", 4.0),
+                (380, "u1", 8.0),
+                (640, "u2", 16.0),
+                (740, "u1", 32.0),
+            ]
+        ],
+        BASE,
+    ),
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=300_000,
+    slide=0,
+    functions=("SUM", "COUNT(*)"),
+    emission="periodic",
+    idle=True,
+)
+#: On-event HOP (slide 10, size 20, B = 5) over two partitions, p1 out of order (its et 9 is
+#: read at pt 26), a record late for all its windows (a's et 2) and one late for one of its
+#: two (b's et 15: [0, 20) has fired, [10, 30) has not).
+HOP_ON_EVENT = SqlJob(
+    name="hop_on_event_late",
+    script=script(
+        ("user_id",), "DOUBLE", 20, 10, 5, ["COUNT(*)", "MIN", "MAX", "AVG"], emit="on-event"
+    ),
+    records=_rows(
+        0,
+        [
+            (1, "a", 1.0),
+            (12, "a", 2.0),
+            (31, "a", 3.0),
+            (2, "a", 7.0),
+            (15, "b", 8.0),
+            (50, "a", 2.0),
+        ],
+    )
+    + _rows(1, [(3, "b", 4.0), (26, "b", 5.0), (9, "b", 6.0), (45, "b", 1.0)]),
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=20,
+    slide=10,
+    functions=("COUNT(*)", "MIN", "MAX", "AVG"),
+    emission="on-event",
+    idle=False,
+)
+
+
+def hand_written() -> list[SqlJob]:
+    return [EXAMPLE, HOP_ON_EVENT]

@@ -1,0 +1,504 @@
+import java.io.PrintWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.serialization.SerializerConfigImpl;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
+import org.apache.flink.api.connector.source.ReaderOutput;
+import org.apache.flink.api.connector.source.SourceOutput;
+import org.apache.flink.api.dag.Transformation;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.runtime.event.WatermarkEvent;
+import org.apache.flink.runtime.metrics.groups.UnregisteredMetricGroups;
+import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.operators.source.ProgressiveTimestampsAndWatermarks;
+import org.apache.flink.streaming.api.operators.source.TimestampsAndWatermarks;
+import org.apache.flink.streaming.api.transformations.OneInputTransformation;
+import org.apache.flink.streaming.api.transformations.PartitionTransformation;
+import org.apache.flink.streaming.api.watermark.Watermark;
+import org.apache.flink.streaming.runtime.io.PushingAsyncDataInput;
+import org.apache.flink.streaming.runtime.streamrecord.LatencyMarker;
+import org.apache.flink.streaming.runtime.streamrecord.RecordAttributes;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.runtime.tasks.TestProcessingTimeService;
+import org.apache.flink.streaming.runtime.watermarkstatus.StatusWatermarkValve;
+import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
+import org.apache.flink.streaming.util.KeyedOneInputStreamOperatorTestHarness;
+import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
+import org.apache.flink.table.api.EnvironmentSettings;
+import org.apache.flink.table.api.Schema;
+import org.apache.flink.table.api.Table;
+import org.apache.flink.table.api.TableDescriptor;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.table.api.internal.TableEnvironmentImpl;
+import org.apache.flink.table.connector.ChangelogMode;
+import org.apache.flink.table.connector.ProviderContext;
+import org.apache.flink.table.connector.source.DataStreamScanProvider;
+import org.apache.flink.table.connector.source.DynamicTableSource;
+import org.apache.flink.table.connector.source.ScanTableSource;
+import org.apache.flink.table.connector.source.abilities.SupportsWatermarkPushDown;
+import org.apache.flink.table.data.GenericRowData;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.data.StringData;
+import org.apache.flink.table.data.TimestampData;
+import org.apache.flink.table.factories.DynamicTableSourceFactory;
+import org.apache.flink.table.operations.ModifyOperation;
+import org.apache.flink.table.operations.Operation;
+import org.apache.flink.table.runtime.operators.window.tvf.common.WindowAggOperator;
+import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
+import org.apache.flink.table.types.DataType;
+import org.apache.flink.table.types.logical.LogicalType;
+import org.apache.flink.table.types.logical.RowType;
+import org.apache.flink.util.clock.ManualClock;
+
+/**
+ * Runs a Flink SQL script's windowed INSERT through the operators Flink's own planner builds
+ * for it, deterministically.
+ *
+ * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; the
+ * Kafka table is read by a test connector that, like Kafka's, implements
+ * {@link SupportsWatermarkPushDown}, so the planner hands it the watermark strategy it
+ * generates from the WATERMARK clause, 'scan.watermark.*' options and
+ * 'table.exec.source.idle-timeout'. That strategy runs in a
+ * {@link ProgressiveTimestampsAndWatermarks} (what SourceOperator uses: a generator per split,
+ * the multiplexer, periodic emission on a processing-time service, idleness), then a one-channel
+ * {@link StatusWatermarkValve}, then every one-input operator of the translated graph between
+ * source and sink (the window aggregation and whatever the planner puts around it) in Flink's
+ * operator test harnesses, keyed with the transformation's own key selector where it has one. Ours: the loop feeding records in the given
+ * (processing time) order with the periodic ticks at multiples of the interval, and the log of
+ * what reaches the sink, attributed to its cause.
+ *
+ * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
+ * {@code r partition offset pt field1 field2 ...} (the table's physical columns, in order;
+ * a TIMESTAMP as epoch ms). The output: {@code columns name ...}, then {@code rec i W dropped}
+ * per record (the window operator's watermark before it, and whether its late-records counter
+ * counted it) and {@code fire cause time W field1 ...} per row reaching the sink ({@code cause}:
+ * {@code r<i>}, the watermark record i emitted, or {@code t}, a periodic tick).
+ */
+public final class FlinkSqlReplay {
+
+    // ---------------------------------------------------------------- the test connector
+
+    /** The name of the connector's own (never run) stream: where the walk stops. */
+    static final String SOURCE = "replay-source";
+
+    /** The strategy the planner pushed into the source, and the table's physical row type. */
+    static WatermarkStrategy<RowData> pushed;
+    static DataType physicalRow;
+
+    /** 'connector' = 'replay': what the harness puts in place of 'kafka'. Options unchecked. */
+    public static final class ReplayFactory implements DynamicTableSourceFactory {
+        @Override
+        public String factoryIdentifier() {
+            return "replay";
+        }
+
+        @Override
+        public Set<ConfigOption<?>> requiredOptions() {
+            return new HashSet<>();
+        }
+
+        @Override
+        public Set<ConfigOption<?>> optionalOptions() {
+            return new HashSet<>();
+        }
+
+        @Override
+        public DynamicTableSource createDynamicTableSource(Context context) {
+            physicalRow = context.getPhysicalRowDataType();
+            return new ReplaySource();
+        }
+    }
+
+    /** A source that keeps the pushed-down watermark strategy; its own stream is never run. */
+    static final class ReplaySource implements ScanTableSource, SupportsWatermarkPushDown {
+        @Override
+        public ChangelogMode getChangelogMode() {
+            return ChangelogMode.insertOnly();
+        }
+
+        @Override
+        public ScanRuntimeProvider getScanRuntimeProvider(ScanContext context) {
+            InternalTypeInfo<RowData> type = InternalTypeInfo.of((RowType) physicalRow.getLogicalType());
+            return new DataStreamScanProvider() {
+                @Override
+                public DataStream<RowData> produceDataStream(ProviderContext provider, StreamExecutionEnvironment env) {
+                    return env.fromSequence(0, 0).map(x -> (RowData) null).returns(type).name(SOURCE);
+                }
+
+                @Override
+                public boolean isBounded() {
+                    return false;
+                }
+            };
+        }
+
+        @Override
+        public void applyWatermark(WatermarkStrategy<RowData> strategy) {
+            pushed = strategy;
+        }
+
+        @Override
+        public DynamicTableSource copy() {
+            return new ReplaySource();
+        }
+
+        @Override
+        public String asSummaryString() {
+            return "replay";
+        }
+    }
+
+    // ---------------------------------------------------------------- the translated graph
+
+    private static final Pattern SET = Pattern.compile("(?is)^SET\\s+'([^']+)'\\s*=\\s*'([^']*)'$");
+    private static final Pattern INSERT = Pattern.compile("(?is)^INSERT\\s+INTO\\s+(\\S+)\\s+(SELECT\\b.*)$");
+
+    private final List<OneInputStreamOperatorTestHarness<RowData, RowData>> stages = new ArrayList<>();
+    private final PrintWriter out;
+    private long interval;
+    private int windowStage = -1;
+    private long windowWatermark = Long.MIN_VALUE;
+    private List<RowData.FieldGetter> getters;
+    private List<LogicalType> outputTypes;
+
+    private FlinkSqlReplay(String script, PrintWriter out) throws Exception {
+        this.out = out;
+        pushed = null;
+        physicalRow = null;
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        env.setParallelism(1);
+        StreamTableEnvironment tEnv = StreamTableEnvironment.create(env, EnvironmentSettings.inStreamingMode());
+        // One aggregation phase: at parallelism 1 the local pre-aggregation of TWO_PHASE only
+        // buffers until the next watermark and forwards it after flushing, so it moves no
+        // firing; one operator is simpler to drive and to read.
+        tEnv.getConfig().set("table.optimizer.agg-phase-strategy", "ONE_PHASE");
+        String insert = null;
+        String target = null;
+        String select = null;
+        for (String raw : script.split(";")) {
+            String statement = raw.strip();
+            if (statement.isEmpty()) {
+                continue;
+            }
+            Matcher set = SET.matcher(statement);
+            Matcher into = INSERT.matcher(statement);
+            if (set.matches()) {
+                tEnv.getConfig().getConfiguration().setString(set.group(1), set.group(2));
+            } else if (into.matches()) {
+                insert = statement;
+                target = into.group(1);
+                select = into.group(2);
+            } else {
+                tEnv.executeSql(statement.replaceAll("'connector'\\s*=\\s*'kafka'", "'connector' = 'replay'"));
+            }
+        }
+        if (insert == null) {
+            throw new IllegalArgumentException("no INSERT in the script");
+        }
+        Table query = tEnv.sqlQuery(select);
+        tEnv.createTemporaryTable(target, TableDescriptor.forConnector("blackhole")
+                .schema(Schema.newBuilder().fromResolvedSchema(query.getResolvedSchema()).build())
+                .build());
+        out.println("columns " + String.join(" ", query.getResolvedSchema().getColumnNames()));
+        TableEnvironmentImpl impl = (TableEnvironmentImpl) tEnv;
+        List<ModifyOperation> modify = new ArrayList<>();
+        for (Operation operation : impl.getParser().parse(insert)) {
+            modify.add((ModifyOperation) operation);
+        }
+        List<Transformation<?>> translated = impl.getPlanner().translate(modify);
+        if (translated.size() != 1) {
+            throw new IllegalStateException("expected one sink, got " + translated);
+        }
+        if (pushed == null) {
+            throw new IllegalStateException("the planner pushed no watermark strategy into the source");
+        }
+        interval = tEnv.getConfig().get(PipelineOptions.AUTO_WATERMARK_INTERVAL).toMillis();
+        buildStages(translated.get(0));
+    }
+
+    /** The one-input operators between the source and the sink, source side first. */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private void buildStages(Transformation<?> sink) throws Exception {
+        List<OneInputTransformation<RowData, RowData>> chain = new ArrayList<>();
+        Transformation<?> t = sink.getInputs().get(0); // the sink itself writes nowhere we read
+        while (!t.getName().equals(SOURCE)) {
+            if (t instanceof OneInputTransformation<?, ?> one) {
+                chain.add((OneInputTransformation<RowData, RowData>) one);
+            } else if (!(t instanceof PartitionTransformation<?>)) {
+                throw new IllegalStateException("unexpected transformation " + t);
+            }
+            if (t.getInputs().size() != 1) {
+                throw new IllegalStateException("not a chain: " + t);
+            }
+            t = t.getInputs().get(0);
+        }
+        Collections.reverse(chain);
+        SerializerConfigImpl config = new SerializerConfigImpl();
+        for (OneInputTransformation<RowData, RowData> one : chain) {
+            TypeSerializer<RowData> in = one.getInputType().createSerializer(config);
+            OneInputStreamOperatorTestHarness<RowData, RowData> harness = one.getStateKeySelector() != null
+                    ? new KeyedOneInputStreamOperatorTestHarness<>(
+                            one.getOperatorFactory(), (org.apache.flink.api.java.functions.KeySelector) one.getStateKeySelector(),
+                            (org.apache.flink.api.common.typeinfo.TypeInformation) one.getStateKeyType(), in)
+                    : new OneInputStreamOperatorTestHarness<>(one.getOperatorFactory(), 1, 1, 0);
+            harness.setup(one.getOutputType().createSerializer(config));
+            harness.open();
+            if (harness.getOperator() instanceof WindowAggOperator<?, ?>) {
+                windowStage = stages.size();
+            }
+            stages.add(harness);
+        }
+        if (windowStage < 0) {
+            throw new IllegalStateException("no window aggregation among " + chain);
+        }
+        RowType output = (RowType) ((InternalTypeInfo<RowData>) chain.get(chain.size() - 1).getOutputType()).toLogicalType();
+        outputTypes = output.getChildren();
+        getters = new ArrayList<>();
+        for (int i = 0; i < outputTypes.size(); i++) {
+            getters.add(RowData.createFieldGetter(outputTypes.get(i), i));
+        }
+    }
+
+    private long lateDropped() {
+        return ((WindowAggOperator<?, ?>) stages.get(windowStage).getOperator()).getNumLateRecordsDropped().getCount();
+    }
+
+    /** Push one element into stage {@code i} and everything it emits down the chain. */
+    private void push(int i, Object element, List<RowData> sunk) throws Exception {
+        if (i == stages.size()) {
+            if (element instanceof StreamRecord<?> r) {
+                sunk.add((RowData) r.getValue());
+            }
+            return;
+        }
+        OneInputStreamOperatorTestHarness<RowData, RowData> h = stages.get(i);
+        if (element instanceof StreamRecord<?> r) {
+            @SuppressWarnings("unchecked")
+            StreamRecord<RowData> row = (StreamRecord<RowData>) r;
+            h.processElement(row);
+        } else if (element instanceof Watermark w) {
+            if (i == windowStage) {
+                windowWatermark = w.getTimestamp();
+            }
+            h.processWatermark(w);
+        } else if (element instanceof WatermarkStatus s) {
+            h.processWatermarkStatus(s);
+        } else {
+            return;
+        }
+        Object o;
+        while ((o = h.getOutput().poll()) != null) {
+            push(i + 1, o, sunk);
+        }
+    }
+
+    // ---------------------------------------------------------------- the source and the feed
+
+    private final List<RowData> fired = new ArrayList<>();
+
+    /** The source's records and watermarks: through the one-channel valve into the chain. */
+    private final class SourceChannel implements PushingAsyncDataInput.DataOutput<RowData> {
+        private final StatusWatermarkValve valve = new StatusWatermarkValve(1);
+        private final PushingAsyncDataInput.DataOutput<RowData> afterValve = new PushingAsyncDataInput.DataOutput<>() {
+            @Override
+            public void emitRecord(StreamRecord<RowData> r) {
+                throw new IllegalStateException("records do not pass the valve");
+            }
+
+            @Override
+            public void emitWatermark(Watermark w) throws Exception {
+                push(0, w, fired);
+            }
+
+            @Override
+            public void emitWatermarkStatus(WatermarkStatus s) throws Exception {
+                push(0, s, fired);
+            }
+
+            @Override
+            public void emitLatencyMarker(LatencyMarker m) {}
+
+            @Override
+            public void emitRecordAttributes(RecordAttributes a) {}
+
+            @Override
+            public void emitWatermark(WatermarkEvent e) {}
+        };
+
+        @Override
+        public void emitRecord(StreamRecord<RowData> r) throws Exception {
+            push(0, r, fired);
+        }
+
+        @Override
+        public void emitWatermark(Watermark w) throws Exception {
+            valve.inputWatermark(w, 0, afterValve);
+        }
+
+        @Override
+        public void emitWatermarkStatus(WatermarkStatus s) throws Exception {
+            valve.inputWatermarkStatus(s, 0, afterValve);
+        }
+
+        @Override
+        public void emitLatencyMarker(LatencyMarker m) {}
+
+        @Override
+        public void emitRecordAttributes(RecordAttributes a) {}
+
+        @Override
+        public void emitWatermark(WatermarkEvent e) {}
+    }
+
+    private static final TimestampsAndWatermarks.WatermarkUpdateListener NO_LISTENER =
+            new TimestampsAndWatermarks.WatermarkUpdateListener() {
+                @Override
+                public void updateIdle(boolean idle) {}
+
+                @Override
+                public void updateCurrentEffectiveWatermark(long w) {}
+
+                @Override
+                public void updateCurrentSplitWatermark(String split, long w) {}
+
+                @Override
+                public void updateCurrentSplitIdle(String split, boolean idle) {}
+
+                @Override
+                public void splitFinished(String split) {}
+            };
+
+    private String render(RowData row) {
+        StringBuilder s = new StringBuilder();
+        for (int i = 0; i < getters.size(); i++) {
+            Object v = getters.get(i).getFieldOrNull(row);
+            s.append(' ');
+            if (v instanceof TimestampData t) {
+                s.append(t.getMillisecond());
+            } else {
+                s.append(v);
+            }
+        }
+        return s.toString();
+    }
+
+    private void drain(String cause, long time) {
+        for (RowData row : fired) {
+            out.println("fire " + cause + " " + time + " " + windowWatermark + render(row));
+        }
+        fired.clear();
+    }
+
+    private static Object field(LogicalType type, String text) {
+        return switch (type.getTypeRoot()) {
+            case CHAR, VARCHAR -> StringData.fromString(text);
+            case DOUBLE -> Double.parseDouble(text);
+            case BIGINT -> Long.parseLong(text);
+            case INTEGER -> Integer.parseInt(text);
+            case TIMESTAMP_WITHOUT_TIME_ZONE -> TimestampData.fromEpochMillis(Long.parseLong(text));
+            default -> throw new IllegalArgumentException("column type " + type);
+        };
+    }
+
+    private void run(List<String> feed) throws Exception {
+        List<LogicalType> columns = ((RowType) physicalRow.getLogicalType()).getChildren();
+        List<long[]> meta = new ArrayList<>(); // (partition, offset, pt)
+        List<RowData> rows = new ArrayList<>();
+        for (String line : feed) {
+            String[] f = line.strip().split(" ");
+            if (!f[0].equals("r")) {
+                continue;
+            }
+            meta.add(new long[] {Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3])});
+            GenericRowData row = new GenericRowData(columns.size());
+            for (int c = 0; c < columns.size(); c++) {
+                row.setField(c, field(columns.get(c), f[4 + c]));
+            }
+            rows.add(row);
+        }
+        if (interval <= 0) {
+            throw new IllegalStateException("pipeline.auto-watermark-interval must be > 0 here");
+        }
+        TestProcessingTimeService sourceTime = new TestProcessingTimeService();
+        // The idleness clock: ms of processing time, shifted by a day because IdlenessTimer
+        // reads a relative time of 0 as "no inactivity timer started".
+        ManualClock clock = new ManualClock(Duration.ofDays(1).toNanos());
+        long first = meta.get(0)[2];
+        // The job starts with its first record: the first periodic tick is the first multiple
+        // of the interval at or after it (the DataStream harness's and the plugin's convention).
+        long tick = Math.floorDiv(first + interval - 1, interval) * interval;
+        long now = tick - interval;
+        sourceTime.setCurrentTime(now);
+        clock.advanceTime(Duration.ofMillis(now));
+        ProgressiveTimestampsAndWatermarks<RowData> source = new ProgressiveTimestampsAndWatermarks<>(
+                (row, previous) -> previous, // Kafka's record timestamp; SQL windows read the row's column
+                pushed,
+                new TimestampsAndWatermarks.TimestampsAndWatermarksContextProvider(new UnregisteredMetricsGroup()),
+                sourceTime,
+                Duration.ofMillis(interval),
+                clock,
+                clock,
+                UnregisteredMetricGroups.createUnregisteredTaskMetricGroup().getIOMetricGroup());
+        ReaderOutput<RowData> reader = source.createMainOutput(new SourceChannel(), NO_LISTENER);
+        Map<Long, SourceOutput<RowData>> splits = new LinkedHashMap<>();
+        for (long[] m : meta) { // every partition assigned at the start, before any record
+            splits.computeIfAbsent(m[0], p -> reader.createOutputForSplit("p" + p));
+        }
+        source.startPeriodicWatermarkEmits();
+
+        long last = meta.get(meta.size() - 1)[2];
+        // The archive's horizon: ticks up to the first one at or after the last record.
+        long horizon = Math.floorDiv(last + interval - 1, interval) * interval;
+        for (int i = 0; i < rows.size(); i++) {
+            long pt = meta.get(i)[2];
+            while (tick < pt) { // a record and a tick at the same ms: the record first
+                clock.advanceTime(Duration.ofMillis(tick - now));
+                now = tick;
+                sourceTime.setCurrentTime(tick);
+                drain("t", tick);
+                tick += interval;
+            }
+            clock.advanceTime(Duration.ofMillis(pt - now));
+            now = pt;
+            long before = windowWatermark;
+            long dropped = lateDropped();
+            splits.get(meta.get(i)[0]).collect(rows.get(i), pt);
+            out.println("rec " + i + " " + before + " " + (lateDropped() - dropped));
+            drain("r" + i, pt);
+        }
+        while (tick <= horizon) {
+            clock.advanceTime(Duration.ofMillis(tick - now));
+            now = tick;
+            sourceTime.setCurrentTime(tick);
+            drain("t", tick);
+            tick += interval;
+        }
+        for (OneInputStreamOperatorTestHarness<RowData, RowData> s : stages) {
+            s.close();
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        for (int i = 0; i + 2 < args.length; i += 3) {
+            try (PrintWriter out = new PrintWriter(Files.newBufferedWriter(Path.of(args[i + 2])))) {
+                FlinkSqlReplay replay = new FlinkSqlReplay(Files.readString(Path.of(args[i])), out);
+                replay.run(Files.readAllLines(Path.of(args[i + 1])));
+            }
+        }
+    }
+}
