@@ -216,7 +216,16 @@ def write_archive(path: Path) -> None:
 
 def test_the_wheel_in_a_fresh_virtualenv_runs_a_feature_repo(tmp_path, redis_server):
     # The environment of a user's shell: nothing of this checkout's nor of the suite's Spark.
-    leaks = {"PYTHONPATH", "VIRTUAL_ENV", "XDG_CACHE_HOME", "FSB_JARS_DIR", "FSB_MAVEN_REPOSITORY"}
+    # Python writes bytecode there: with PYTHONDONTWRITEBYTECODE (set on some CI machines) each
+    # of the three commands below compiled Feast, pandas and PySpark again from source.
+    leaks = {
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "XDG_CACHE_HOME",
+        "FSB_JARS_DIR",
+        "FSB_MAVEN_REPOSITORY",
+        "PYTHONDONTWRITEBYTECODE",
+    }
     user_env = {
         k: v for k, v in os.environ.items() if k not in leaks and not k.startswith("PYSPARK_")
     }
