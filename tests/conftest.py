@@ -41,6 +41,8 @@ SLOWEST_FILES = (
     "test_idleness.py",
     "test_feast_integration.py",
     "test_materialize.py",
+    "test_sql_views.py",
+    "test_flink_sql_conformance.py",
 )
 
 
