@@ -61,26 +61,36 @@ def _stale(target: Path, *sources: Path) -> bool:
 
 def build() -> str:
     """Fetch Flink's jars and compile the replay if not done yet; returns the classpath."""
+    return build_in(HERE, SOURCES)
+
+
+def build_in(here: Path, sources: list[Path], resources: Path | None = None) -> str:
+    """Fetch the jars of ``here/pom.xml`` into ``here/lib`` and compile ``sources`` (with
+    ``resources`` copied beside the classes) into ``here/classes``, each only when stale;
+    returns the classpath."""
     for tool in ("mvn", "javac", "java"):
         if shutil.which(tool) is None:
             raise RuntimeError(f"the Flink conformance harness needs {tool!r} (Java 17+, Maven)")
-    done = LIB / ".complete"
-    if _stale(done, HERE / "pom.xml"):
-        shutil.rmtree(LIB, ignore_errors=True)
+    lib, classes = here / "lib", here / "classes"
+    done = lib / ".complete"
+    if _stale(done, here / "pom.xml"):
+        shutil.rmtree(lib, ignore_errors=True)
         subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"],
+            ["mvn", "-q", "-B", "-f", str(here / "pom.xml"), "dependency:copy-dependencies"],
             check=True,
         )
         done.touch()
-    stamp = CLASSES / ".complete"
-    if _stale(stamp, *SOURCES, done):
-        shutil.rmtree(CLASSES, ignore_errors=True)
+    stamp = classes / ".complete"
+    if _stale(stamp, *sources, done):
+        shutil.rmtree(classes, ignore_errors=True)
         subprocess.run(
-            ["javac", "-nowarn", "-d", str(CLASSES), "-cp", f"{LIB}/*", *map(str, SOURCES)],
+            ["javac", "-nowarn", "-d", str(classes), "-cp", f"{lib}/*", *map(str, sources)],
             check=True,
         )
+        if resources is not None:
+            shutil.copytree(resources, classes, dirs_exist_ok=True)
         stamp.touch()
-    return f"{CLASSES}:{LIB}/*"
+    return f"{classes}:{lib}/*"
 
 
 def processing_order(scenarios: list[Scenario]) -> list[list[tuple[int, Record]]]:

@@ -16,27 +16,25 @@ Flink is fetched by ``mvn`` with ``pom.xml`` into ``lib/`` and the replay compil
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest.mock import patch
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill import backfill
-from feast_stream_backfill.flink_sql import job_from_sql, mapping
+from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.records import ArchivedTopic
-from tests.conformance.harness import _stale
+from tests.conformance.harness import build_in
 from tests.reference_simulator import Job, Record, processing_times, simulate
 
 HERE = Path(__file__).resolve().parent
 LIB, CLASSES = HERE / "lib", HERE / "classes"
 SOURCES = sorted((HERE / "src").glob("*.java"))
-SERVICES = HERE / "resources" / "META-INF" / "services"
+RESOURCES = HERE / "resources"
 #: The Kafka table every generated script reads, and its topic.
 TABLE = "events"
 #: Flink's output has no firing kind: a window TVF aggregation fires each window once, on time.
@@ -80,29 +78,7 @@ class SqlRun:
 
 def build() -> str:
     """Fetch Flink SQL's jars and compile the replay if not done yet; returns the classpath."""
-    for tool in ("mvn", "javac", "java"):
-        if shutil.which(tool) is None:
-            raise RuntimeError(
-                f"the Flink SQL conformance harness needs {tool!r} (Java 17+, Maven)"
-            )
-    done = LIB / ".complete"
-    if _stale(done, HERE / "pom.xml"):
-        shutil.rmtree(LIB, ignore_errors=True)
-        subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(HERE / "pom.xml"), "dependency:copy-dependencies"],
-            check=True,
-        )
-        done.touch()
-    stamp = CLASSES / ".complete"
-    if _stale(stamp, *SOURCES, done):
-        shutil.rmtree(CLASSES, ignore_errors=True)
-        subprocess.run(
-            ["javac", "-nowarn", "-d", str(CLASSES), "-cp", f"{LIB}/*", *map(str, SOURCES)],
-            check=True,
-        )
-        shutil.copytree(SERVICES, CLASSES / "META-INF" / "services", dirs_exist_ok=True)
-        stamp.touch()
-    return f"{CLASSES}:{LIB}/*"
+    return build_in(HERE, SOURCES, RESOURCES)
 
 
 def processing_order(job: SqlJob) -> list[tuple[int, Record]]:
@@ -242,8 +218,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     equal to the backfill). Without Spark: the archive is not read, so ``job_from_sql``'s
     check that periodic jobs' partitions are in event-time order is skipped here (the
     generated periodic archives are, by construction; :func:`plugin_log` runs the check)."""
-    with patch.object(mapping, "_check_in_order", lambda *_: None):
-        mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})  # type: ignore[arg-type]
+    mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})
     watermark, window = mapped.watermark, mapped.window
     model = Job(
         size=window.size_ms,
