@@ -15,7 +15,12 @@ from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import (
+    CumulativeWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
 
 __all__ = [
     "Aggregation",
@@ -24,6 +29,7 @@ __all__ = [
     "BadArchiveError",
     "BadStateTableError",
     "CdcLog",
+    "CumulativeWindows",
     "DeltaHistory",
     "EventTimeTrigger",
     "Lookup",

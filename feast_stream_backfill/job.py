@@ -19,7 +19,12 @@ from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import SessionWindows, SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import (
+    CumulativeWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class StreamJob:
 
     topics: Sequence[ArchivedTopic]
     keys: Sequence[str]
-    window: TumblingWindows | SlidingWindows | SessionWindows
+    window: TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows
     aggregations: Sequence[Aggregation]
     trigger: EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger = field(
         default_factory=EventTimeTrigger
@@ -58,6 +63,13 @@ class StreamJob:
             raise ValueError(
                 f"{type(self.trigger).__name__} fires {self.trigger.domain}-time windows, "
                 f"not {self.window.domain}-time ones"
+            )
+        if isinstance(self.window, CumulativeWindows) and not (
+            isinstance(self.trigger, EventTimeTrigger) and self.trigger.allowed_lateness_ms == 0
+        ):
+            raise ValueError(
+                "cumulative windows (Flink SQL's CUMULATE) fire by the watermark, without "
+                f"allowed lateness: EventTimeTrigger(0), not {self.trigger!r}"
             )
         names = [a.name for a in self.aggregations]
         if len(set(names)) != len(names):

@@ -114,6 +114,56 @@ class SlidingWindows:
 
 
 @dataclass(frozen=True)
+class CumulativeWindows:
+    """Flink SQL's ``CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)``: windows
+    ``[start, start + k * step)`` for ``k = 1 .. size / step``, ``start`` epoch-aligned to
+    ``size``, so a window fires at every step with all records since its start. A record belongs
+    to every one that holds its time: those ending after it.
+
+    Flink has cumulative windows in SQL only, which gives them no allowed lateness and no other
+    trigger (:class:`~feast_stream_backfill.job.StreamJob` refuses both), and models them in
+    event time here: a late record joins the windows that have not fired, as Flink's shared
+    first slice does (``SliceAssigners.CumulativeSliceAssigner``).
+    """
+
+    size_ms: int
+    step_ms: int
+    offset_ms: int = 0
+    domain: Literal["event"] = "event"
+    merges: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.domain != "event":
+            raise ValueError(
+                "cumulative windows are Flink SQL's CUMULATE over an event-time attribute: "
+                f"domain must be 'event', got {self.domain!r}"
+            )
+        check_window(self.domain, size=self.size_ms, step=self.step_ms)
+        if self.size_ms % self.step_ms:
+            raise ValueError(
+                f"a cumulative window's size ({self.size_ms} ms) must be a multiple of its step "
+                f"({self.step_ms} ms), as Flink requires"
+            )
+
+    @property
+    def pane_ms(self) -> int:
+        return self.step_ms
+
+    @property
+    def most_windows(self) -> int:
+        """The most windows a record belongs to: one per step."""
+        return self.size_ms // self.step_ms
+
+    def assign(self, records: DataFrame) -> DataFrame:
+        """One row per (record, window), earliest end first, as Flink fires them."""
+        time = _time(self.domain)
+        start = time - F.pmod(time - self.offset_ms, F.lit(self.size_ms))
+        first_end = time - F.pmod(time - self.offset_ms, F.lit(self.step_ms)) + self.step_ms
+        ends = F.sequence(first_end, start + self.size_ms, F.lit(self.step_ms))
+        return records.withColumn(WINDOW_START, start).withColumn(WINDOW_END, F.explode(ends))
+
+
+@dataclass(frozen=True)
 class SessionWindows:
     """Flink's ``{EventTime,ProcessingTime}SessionWindows.withGap(gap)``: a record opens
     ``[t, t + gap)``; windows that touch merge

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.spark import DEFAULT_CONF, get_spark
@@ -130,11 +130,16 @@ def collect_log(result, extra: Sequence[str] = ()) -> tuple[list[tuple], dict[tu
             *extra,
         ).collect()
     ]
-    dropped = {
-        (r[0], r[1]): r[2]
-        for r in result.dropped.select("user", ms("window_start"), "dropped_count").collect()
-    }
-    return emissions, dropped
+    return emissions, dropped_per_start(result.dropped, "user")
+
+
+def dropped_per_start(dropped: DataFrame, key: Column | str) -> dict[tuple, int]:
+    """The dropped records per (key, window start), the simulator's shape: a start's windows
+    summed (cumulative windows share their start)."""
+    per_start: dict[tuple, int] = {}
+    for r in dropped.select(key, F.unix_millis("window_start"), "dropped_count").collect():
+        per_start[(r[0], r[1])] = per_start.get((r[0], r[1]), 0) + r[2]
+    return per_start
 
 
 def feature_store_yaml(project: str, redis_server: str, registry: str = "data/registry.db") -> str:

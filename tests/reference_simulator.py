@@ -42,6 +42,7 @@ class Job:
     operator_delay: int = 0  # D3
     idleness: int = 0  # withIdleness(T); 0: off
     gap: int = 0  # > 0: session windows with this gap (size and slide unused)
+    step: int = 0  # > 0: cumulative windows [start, start + k * step), k * step <= size
 
 
 class Split:
@@ -97,15 +98,20 @@ def processing_times(records: list[Record], job: Job) -> list[tuple[int, Record]
     return sorted(timed, key=lambda x: (x[0], x[1].topic, x[1].partition, x[1].offset))
 
 
-def windows_of(t: int, job: Job) -> list[int]:
-    """Window starts holding time t, latest first (Flink's assignWindows order)."""
+def windows_of(t: int, job: Job) -> list[tuple[int, int]]:
+    """The windows ``(start, end)`` holding time t: latest start first (Flink's assignWindows
+    order); cumulative ones, all of the same start, by end."""
+    if job.step:
+        start = t - (t - job.window_offset) % job.size
+        first_end = t - (t - job.window_offset) % job.step + job.step
+        return [(start, end) for end in range(first_end, start + job.size + 1, job.step)]
     slide = job.slide or job.size
     start = t - (t - job.window_offset) % slide
-    starts = []
+    windows = []
     while start > t - job.size:
-        starts.append(start)
+        windows.append((start, start + job.size))
         start -= slide
-    return starts
+    return windows
 
 
 STATUSES = ("on_time", "late", "per_record", "dropped", "pending")
@@ -141,23 +147,22 @@ def simulate(
         by_topic[topic].append(split)
     topic_watermark = {topic: -math.inf for topic in by_topic}
     watermark = -math.inf
-    contents: dict[tuple, list[float]] = defaultdict(list)  # (key, start) -> values
-    ends: dict[tuple, int] = {}  # (key, start) -> end, for sessions
-    live: dict[str, set[int]] = defaultdict(set)  # key -> starts of its sessions with state
-    event_timers: set[tuple] = set()  # (maxTs, key, start)
+    contents: dict[tuple, list[float]] = defaultdict(list)  # (key, start, end) -> values
+    live: dict[str, set[tuple]] = defaultdict(set)  # key -> (start, end) of its live sessions
+    event_timers: set[tuple] = set()  # (maxTs, key, start, end)
     clock_timers: set[tuple] = set()  # processing-time timers, likewise
     emissions: list[tuple] = []
-    dropped: dict[tuple, int] = defaultdict(int)
+    dropped: dict[tuple, int] = defaultdict(int)  # (key, start) -> n, over the start's windows
     status: dict[str, int] = dict.fromkeys(STATUSES, 0)
-    buffered: dict[tuple, int] = defaultdict(int)  # (key, start) -> records awaiting its timer
+    buffered: dict[tuple, int] = defaultdict(int)  # window -> records awaiting its timer
 
-    def emit(key: str, start: int, now: int, firing: str) -> None:
-        values = contents[(key, start)]
+    def emit(key: str, start: int, end: int, now: int, firing: str) -> None:
+        values = contents[(key, start, end)]
         emissions.append(
             (
                 key,
                 start,
-                ends.get((key, start), start + job.size),
+                end,
                 now + job.operator_delay,
                 firing,
                 len(values),
@@ -167,7 +172,7 @@ def simulate(
             )
         )
         if firing in ("on_time", "late"):  # the records it waited for are out
-            status["on_time"] += buffered.pop((key, start), 0)
+            status["on_time"] += buffered.pop((key, start, end), 0)
 
     def advance_watermark(now: int) -> None:
         """Each source combines its splits, the operator takes MIN over sources (or the seed's
@@ -181,16 +186,16 @@ def simulate(
             watermark = max(watermark, min(topic_watermark.values()))
         for timer in sorted(t for t in event_timers if t[0] <= watermark):
             event_timers.discard(timer)
-            emit(timer[1], timer[2], now, "on_time")
+            emit(*timer[1:], now, "on_time")
         purge_sessions(lambda max_ts: max_ts + job.lateness <= watermark)
 
     def purge_sessions(expired) -> None:
         """A session's state is cleared at its cleanup time (maxTs + L, or maxTs by the
         clock): a later record can no longer merge with it."""
-        for key, starts in live.items():
-            for start in [s for s in starts if expired(ends[(key, s)] - 1)]:
-                starts.discard(start)
-                del contents[(key, start)]
+        for key, sessions in live.items():
+            for start, end in [w for w in sessions if expired(w[1] - 1)]:
+                sessions.discard((start, end))
+                del contents[(key, start, end)]
 
     def tick(now: int) -> None:
         """The periodic timer: idleness checks, periodic emission, then the combination."""
@@ -205,7 +210,7 @@ def simulate(
         """Processing-time timers strictly before ``before`` (records of a ms come first)."""
         for timer in sorted(t for t in clock_timers if t[0] < before):
             clock_timers.discard(timer)  # Flink fires it 1 ms after maxTs (getProcessingTimeDelay)
-            emit(timer[1], timer[2], timer[0] + 1, "on_time")
+            emit(*timer[1:], timer[0] + 1, "on_time")
         if job.domain == "processing":
             purge_sessions(lambda max_ts: max_ts < before)
 
@@ -215,26 +220,25 @@ def simulate(
         lateness test applies to the merged window. Returns the merged window, or None if late.
         """
         start, end = time, time + job.gap
-        touching = [s for s in live[key] if s <= end and ends[(key, s)] >= start]
-        start = min([start, *touching])
-        end = max([end, *(ends[(key, s)] for s in touching)])
+        touching = [(s, e) for s, e in live[key] if s <= end and e >= start]
+        start = min([start, *(s for s, _ in touching)])
+        end = max([end, *(e for _, e in touching)])
         if job.domain == "event" and end - 1 + job.lateness <= watermark:
             return None
         values, waiting = [], 0
-        for s in touching:
-            live[key].discard(s)
-            values += contents.pop((key, s))
-            waiting += buffered.pop((key, s), 0)
-            timer = (ends[(key, s)] - 1, key, s)
+        for s, e in touching:
+            live[key].discard((s, e))
+            values += contents.pop((key, s, e))
+            waiting += buffered.pop((key, s, e), 0)
+            timer = (e - 1, key, s, e)
             event_timers.discard(timer)
             clock_timers.discard(timer)
-        live[key].add(start)
-        ends[(key, start)] = end
-        contents[(key, start)] = values
-        buffered[(key, start)] += waiting  # the merged session's timer fires them all
+        live[key].add((start, end))
+        contents[(key, start, end)] = values
+        buffered[(key, start, end)] += waiting  # the merged session's timer fires them all
         return start, end
 
-    def starts_of(time: int, r: Record) -> list[int]:
+    def windows_for(time: int, r: Record) -> list[tuple[int, int]]:
         """The windows a record goes to (its merged session, or none when late)."""
         if not job.gap:
             return windows_of(time, job)
@@ -243,28 +247,28 @@ def simulate(
             dropped[(r.key, time)] += 1
             status["dropped"] += 1
             return []
-        return [merged[0]]
+        return [merged]
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        for start in starts_of(time, r) if r.key is not None else []:
-            window = (r.key, start)
-            max_ts = ends.get(window, start + job.size) - 1
+        for start, end in windows_for(time, r) if r.key is not None else []:
+            window = (r.key, start, end)
+            max_ts = end - 1
             if job.domain == "event" and max_ts + job.lateness <= watermark:
-                dropped[window] += 1
+                dropped[(r.key, start)] += 1
                 status["dropped"] += 1
                 continue
             contents[window].append(r.value)
             if job.trigger == "per_record":
-                emit(r.key, start, pt, "per_record")
+                emit(*window, pt, "per_record")
                 status["per_record"] += 1
             elif job.domain == "event" and max_ts <= watermark:
                 status["late"] += 1
-                emit(r.key, start, pt, "late")
+                emit(*window, pt, "late")
             else:
                 buffered[window] += 1
                 timers = clock_timers if job.domain == "processing" else event_timers
-                timers.add((max_ts, r.key, start))
+                timers.add((max_ts, *window))
         split = splits[(r.topic, r.partition)]
         split.max_et = max(split.max_et, r.et)
         split.counter += 1

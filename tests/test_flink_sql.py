@@ -15,7 +15,7 @@ from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import CumulativeWindows, SlidingWindows, TumblingWindows
 
 SCRIPT = """SET 'pipeline.auto-watermark-interval' = '200ms';
 CREATE TABLE transactions (
@@ -90,6 +90,14 @@ def test_a_hop_job_maps(spark):
     assert job.window == SlidingWindows(size_ms=300_000, slide_ms=60_000)
 
 
+def test_a_cumulate_job_maps(spark):
+    cumulate = (
+        "CUMULATE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)"
+    )
+    job = job_from_sql(spark, script(cumulate), {"transactions": archive(spark, IN_ORDER)})
+    assert job.window == CumulativeWindows(size_ms=300_000, step_ms=60_000)
+
+
 def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:01:00", "u1", 1.0)]
     with pytest.raises(UnsupportedSqlError, match="partition 0 offset 2 goes back"):
@@ -101,10 +109,18 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     [
         (
             script(
-                "CUMULATE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, "
+                "SESSION(TABLE transactions PARTITION BY user_id, DESCRIPTOR(ts), "
                 "INTERVAL '5' MINUTE)"
             ),
-            "line 9, column 12: the CUMULATE window is not supported",
+            "line 9, column 12: the SESSION window is not supported",
+        ),
+        (
+            script(
+                "CUMULATE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '2' MINUTE, "
+                "INTERVAL '5' MINUTE)"
+            ),
+            "line 7, column 13: a CUMULATE of size 300000 ms and step 120000 ms is not "
+            "supported: Flink's sliced CUMULATE windows need the step to divide the size",
         ),
         (
             script().replace(
@@ -136,7 +152,7 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "line 8, column 43: AVG of the BIGINT column amount is not supported",
         ),
     ],
-    ids=["cumulate", "over", "join", "set", "alignment", "bound-0", "avg-of-bigint"],
+    ids=["session", "cumulate-step", "over", "join", "set", "alignment", "bound-0", "avg-bigint"],
 )
 def test_refusals_name_the_construct_line_and_column(sql, message):
     with pytest.raises(UnsupportedSqlError) as refused:

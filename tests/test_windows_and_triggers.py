@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
+    CumulativeWindows,
     EventTimeTrigger,
     PerRecordTrigger,
     ProcessingTimeTrigger,
@@ -97,6 +98,53 @@ def test_per_record_trigger_fires_every_record_until_the_window_closes(make_arch
         "records_dropped": 1,
         "records_pending": 0,
     }
+
+
+def test_cumulative_windows_fire_every_step_and_a_late_record_joins_those_not_fired(
+    make_archive,
+):
+    # CUMULATE size 40, step 10: [0, 10), [0, 20), [0, 30), [0, 40), each holding every record
+    # since 0. Two more records (c at et 60 on p0, et 61 on p1) move the watermark on: W = 24
+    # at tick 30, 30 at tick 60, 59 at tick 70. a's et 7 (read at 31, W = 24) is late for
+    # [0, 10) and [0, 20), which fired at 30, and joins [0, 30) and [0, 40). [0, 40) fires at
+    # 70 with no record since [0, 30): the same value again. c's [40, 70) and [40, 80) wait.
+    rows = [*ROWS, (0, 4, 60, "c", 256.0), (1, 4, 61, "c", 512.0)]
+    emissions, dropped, stats = run(make_archive, rows, window=CumulativeWindows(40, 10))
+    assert sums(emissions) == [
+        ("a", 0, 10, 30, 0, "on_time", 3, 19.0),
+        ("a", 0, 20, 30, 1, "on_time", 4, 23.0),
+        ("a", 0, 30, 60, 0, "on_time", 6, 159.0),
+        ("a", 0, 40, 70, 0, "on_time", 6, 159.0),
+        ("b", 0, 40, 70, 0, "on_time", 2, 96.0),
+    ]
+    assert sorted(dropped) == [
+        ("a", ms(0), ms(10), 1),
+        ("a", ms(0), ms(20), 1),
+    ]
+    # (record, window) pairs: a's 17 on time (4 + 4 + 4 + 3 + 2), et 7's 2; b's 2; c's 4 wait.
+    assert {k: stats[k] for k in ("records_on_time", "records_dropped", "records_pending")} == {
+        "records_on_time": 21,
+        "records_dropped": 2,
+        "records_pending": 4,
+    }
+
+
+def test_cumulative_windows_take_the_event_time_trigger_alone(make_archive):
+    """Flink has cumulative windows in SQL only: no allowed lateness, no other trigger."""
+    topic = ArchivedTopic("clicks", dataframe=make_archive(ROWS))
+    for trigger in (EventTimeTrigger(5), PerRecordTrigger()):
+        with pytest.raises(ValueError, match="cumulative windows .* EventTimeTrigger\\(0\\)"):
+            StreamJob(
+                topics=[topic],
+                keys=["user"],
+                aggregations=[Aggregation("amount", "sum", "amount_sum")],
+                window=CumulativeWindows(40, 10),
+                trigger=trigger,
+            )
+    with pytest.raises(ValueError, match="multiple of its step"):
+        CumulativeWindows(40, 15)
+    with pytest.raises(ValueError, match="event-time attribute"):
+        CumulativeWindows(40, 10, domain="processing")
 
 
 def test_per_record_sliding_fires_latest_window_first(make_archive):

@@ -24,7 +24,11 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   the plugin's double ``mean`` only for a ``DOUBLE`` column.
 - The window TVF aggregation fires a window when the watermark reaches ``window_end - 1``
   (``TimeWindowUtil.isWindowFired``), once, and drops a record whose windows have all
-  fired: the plugin's ``EventTimeTrigger`` with no allowed lateness.
+  fired: the plugin's ``EventTimeTrigger`` with no allowed lateness. ``CUMULATE`` is
+  :class:`CumulativeWindows`: its slices share the first one's state
+  (``SliceAssigners.CumulativeSliceAssigner``), so a record late for some of its windows
+  joins those not yet fired, and each window end fires the next
+  (``nextTriggerWindow``) up to the size, whether or not a record came in between.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic, read_records
 from feast_stream_backfill.triggers import EventTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import CumulativeWindows, SlidingWindows, TumblingWindows
 
 AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
 SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
@@ -253,16 +257,19 @@ def _watermark(options: tuple[SetOption, ...], table: Table) -> WatermarkStrateg
     )
 
 
-def _window(insert: WindowedInsert) -> TumblingWindows | SlidingWindows:
+def _window(insert: WindowedInsert) -> TumblingWindows | SlidingWindows | CumulativeWindows:
     if insert.slide_ms is None:
         return TumblingWindows(size_ms=insert.size_ms)
     if insert.size_ms % insert.slide_ms:
+        what = "slide" if insert.window == "HOP" else "step"
         raise UnsupportedSqlError(
-            f"a HOP of size {insert.size_ms} ms and slide {insert.slide_ms} ms",
+            f"a {insert.window} of size {insert.size_ms} ms and {what} {insert.slide_ms} ms",
             insert.at.line,
             insert.at.column,
-            "Flink's sliced HOP windows need the slide to divide the size",
+            f"Flink's sliced {insert.window} windows need the {what} to divide the size",
         )
+    if insert.window == "CUMULATE":
+        return CumulativeWindows(size_ms=insert.size_ms, step_ms=insert.slide_ms)
     return SlidingWindows(size_ms=insert.size_ms, slide_ms=insert.slide_ms)
 
 

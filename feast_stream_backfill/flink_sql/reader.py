@@ -16,7 +16,7 @@ from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
-MAPPED_WINDOWS = ("TUMBLE", "HOP")
+MAPPED_WINDOWS = ("TUMBLE", "HOP", "CUMULATE")
 #: SQL's aggregate functions the plugin computes, by its name for them.
 AGGREGATES = {"SUM": "sum", "COUNT": "count", "AVG": "mean", "MIN": "min", "MAX": "max"}
 
@@ -92,8 +92,9 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class WindowedInsert:
-    """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP(...)) GROUP BY keys,
-    window_start, window_end``. ``slide_ms`` is None for TUMBLE."""
+    """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE(...)) GROUP BY keys,
+    window_start, window_end``. ``slide_ms``: HOP's slide, CUMULATE's step, None for
+    TUMBLE."""
 
     target: str
     source: str
@@ -285,16 +286,16 @@ def _insert(statement: Any) -> WindowedInsert:
 
 
 def _window(source: Any) -> tuple[str, str, str, int, int | None]:
-    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``TABLE(HOP(TABLE t,
-    DESCRIPTOR(ts), slide, size))``: the table, the function, the time column, size and
-    slide."""
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))``, ``TABLE(HOP(TABLE t, DESCRIPTOR(ts),
+    slide, size))`` or ``TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))``: the table,
+    the function, the time column, size and slide (or step)."""
     if _kind(source) == "JOIN":
         raise _refused(source, "a join")
     if _kind(source) != "COLLECTION_TABLE":
         raise _refused(
             source,
             f"the source {_first_words(source)}",
-            "a TUMBLE or HOP window table-valued function is mapped",
+            "a TUMBLE, HOP or CUMULATE window table-valued function is mapped",
         )
     call = source.getOperandList()[0]
     function = str(call.getOperator().getName()).upper()

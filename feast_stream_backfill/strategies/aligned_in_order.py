@@ -1,4 +1,5 @@
-"""Tumbling and sliding windows judged against each record's place in the processing order.
+"""Windows that do not merge (tumbling, sliding, cumulative) judged against each record's
+place in the processing order.
 
 The general strategy for aligned windows: every record gets its processing time and
 position (:mod:`feast_stream_backfill.processing_time`), the watermark's first position
@@ -46,7 +47,7 @@ class AlignedInProcessingOrder:
     name: str = "aligned-in-order"
 
     def conditions(self, job: StreamJob) -> list[Condition]:
-        return [Condition("tumbling or sliding windows", not job.window.merges)]
+        return [Condition("windows that do not merge", not job.window.merges)]
 
     def judge(self, job: StreamJob, distinct: DataFrame, windowed: DataFrame) -> Judged:
         """Judge every (record, window) pair of ``windowed`` (records with their windows

@@ -128,12 +128,12 @@ def compare(
         for i, (pt, _) in enumerate(records):
             report.records += 1
             next_boundary = pt - (pt - job.window_offset) % slide + slide
-            ends = {s + job.size for s in windows_of(pt, job)}
+            ends = {end for _, end in windows_of(pt, job)}
             if any(0 < (b - pt) * scale <= band_ms for b in ends | {next_boundary}):
                 report.ambiguous += 1
                 ambiguous.add((n, i))
                 continue
-            want = set(windows_of(pt, job))
+            want = {start for start, _ in windows_of(pt, job)}
             if flink_windows.get((n, i), set()) == want:
                 report.matched += 1
             else:
@@ -147,7 +147,7 @@ def compare(
         expected = [  # the records the plugin's window holds when Flink fired it
             i
             for i, (pt, r) in enumerate(timed[n])
-            if i <= last and r.key == key and start in windows_of(pt, job)
+            if i <= last and r.key == key and (start, end) in windows_of(pt, job)
         ]
         if any((n, i) in ambiguous for i in [*indices, *expected]):
             continue

@@ -29,7 +29,8 @@ from feast_stream_backfill import backfill
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.records import ArchivedTopic
 from tests.conformance.harness import build_in
-from tests.reference_simulator import Job, Record, processing_times, simulate
+from tests.conftest import dropped_per_start
+from tests.reference_simulator import Job, Record, processing_times, simulate, windows_of
 
 HERE = Path(__file__).resolve().parent
 LIB, CLASSES = HERE / "lib", HERE / "classes"
@@ -51,11 +52,12 @@ class SqlJob:
     records: list[Record]
     keys: tuple[str, ...]
     value_type: str  # DOUBLE or BIGINT
-    size: int  # ms
-    slide: int  # ms; 0: TUMBLE
+    size: int  # ms; CUMULATE's max size
+    slide: int  # ms: HOP's slide, CUMULATE's step; 0: TUMBLE
     functions: tuple[str, ...]  # jobs.AGGREGATES' names, output as a0, a1, ... in this order
     emission: str  # periodic or on-event
     idle: bool  # an idle timeout is set
+    cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
 
     @property
     def aggregates(self) -> tuple[str, ...]:
@@ -63,7 +65,14 @@ class SqlJob:
 
     @property
     def window(self) -> str:
-        return "HOP" if self.slide else "TUMBLE"
+        return "CUMULATE" if self.cumulate else "HOP" if self.slide else "TUMBLE"
+
+    @property
+    def model(self) -> Job:
+        """The windows of the simulator's job."""
+        if self.cumulate:
+            return Job(size=self.size, step=self.slide)
+        return Job(size=self.size, slide=self.slide)
 
 
 @dataclass
@@ -84,7 +93,7 @@ def build() -> str:
 def processing_order(job: SqlJob) -> list[tuple[int, Record]]:
     """The distinct records as ``(pt, record)`` in global processing order, by the reference
     simulator (the plugin's default processing-time model: no delays)."""
-    return processing_times(job.records, Job(size=job.size))
+    return processing_times(job.records, job.model)
 
 
 def _feed(job: SqlJob) -> str:
@@ -133,13 +142,6 @@ def _number(text: str) -> float | None:
     return None if text == "null" else float(text)
 
 
-def window_starts(et: int, job: SqlJob) -> list[int]:
-    """The starts of the windows holding ``et`` (TUMBLE: one; HOP: size / slide)."""
-    slide = job.slide or job.size
-    last = et - et % slide
-    return [s for s in range(last, et - job.size, -slide)]
-
-
 def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], list[str]]:
     """Flink's rows as an emission log in the plugin's shape ``(key, start, end, emit_time,
     emit_sequence, firing, *aggregates)``, ``emit_sequence`` the output order per (key,
@@ -159,11 +161,11 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     dropped: dict[tuple, int] = defaultdict(int)
     odd = []
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
-        starts = window_starts(r.et, job)
-        fired = [s for s in starts if s + job.size - 1 <= watermark]
-        if counted and len(fired) < len(starts) or not counted and len(fired) == len(starts):
+        windows = windows_of(r.et, job.model)
+        fired = [(s, e) for s, e in windows if e - 1 <= watermark]
+        if counted and len(fired) < len(windows) or not counted and len(fired) == len(windows):
             odd.append(f"record {r} at W={watermark}: counted late {counted}, fired {fired}")
-        for start in starts if counted else fired:
+        for start, _ in windows if counted else fired:
             dropped[(r.key, start)] += 1
     return emissions, dict(dropped), odd
 
@@ -203,10 +205,7 @@ def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tupl
             *job.aggregates,
         ).collect()
     ]
-    dropped = {
-        (r[0], r[1]): r[2]
-        for r in result.dropped.select(key, ms("window_start"), "dropped_count").collect()
-    }
+    dropped = dropped_per_start(result.dropped, key)
     result.release()
     return emissions, dropped
 
@@ -223,6 +222,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     model = Job(
         size=window.size_ms,
         slide=getattr(window, "slide_ms", 0),
+        step=getattr(window, "step_ms", 0),
         bound=watermark.out_of_orderness_ms,
         interval=watermark.interval_ms,
         emission=watermark.emission,

@@ -2,7 +2,8 @@
 hand-written ones.
 
 A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
-TUMBLE or HOP aggregation of ``amount``. What varies: the window's size and slide, the
+TUMBLE, HOP or CUMULATE aggregation of ``amount``. What varies: the window's size and slide
+(or step), the
 watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
 MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
 Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
@@ -53,8 +54,10 @@ def script(
     interval: int | None = None,
     scan_idle: int | None = None,
     set_idle: int | None = None,
+    cumulate: bool = False,
 ) -> str:
-    """The script: ``SET``s, the Kafka table, the ``INSERT``."""
+    """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
+    with ``cumulate``, else HOP's; 0: TUMBLE)."""
     sets = []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -67,7 +70,8 @@ def script(
         options.append(f"'scan.watermark.idle-timeout' = '{scan_idle}ms'")
     columns = ", ".join(f"{k} STRING" for k in keys)
     window = (
-        f"HOP(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(slide)}, {_interval(size)})"
+        f"{'CUMULATE' if cumulate else 'HOP'}(TABLE {TABLE}, DESCRIPTOR(ts), "
+        f"{_interval(slide)}, {_interval(size)})"
         if slide
         else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
     )
@@ -125,9 +129,9 @@ def generated(n: int, seed: int) -> list[SqlJob]:
     for i in range(n):
         unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
         base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
-        hop = rng.random() < 0.5
-        slide = rng.choice([5, 10, 20]) * unit if hop else 0
-        size = slide * rng.randint(2, 4) if hop else rng.choice([10, 20, 30, 50]) * unit
+        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE"])
+        slide = rng.choice([5, 10, 20]) * unit if kind != "TUMBLE" else 0
+        size = slide * rng.randint(2, 4) if slide else rng.choice([10, 20, 30, 50]) * unit
         bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
         emission = rng.choice(["periodic", "on-event"])
         emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
@@ -157,6 +161,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             interval=interval,
             scan_idle=scan_idle,
             set_idle=set_idle,
+            cumulate=kind == "CUMULATE",
         )
         jobs.append(
             SqlJob(
@@ -170,6 +175,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 functions=tuple(functions),
                 emission=emission,
                 idle=idle,
+                cumulate=kind == "CUMULATE",
             )
         )
     return jobs
