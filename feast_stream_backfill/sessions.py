@@ -79,7 +79,14 @@ def session_firings(
 
     out = (
         records.select(
-            *keys, window.time().alias(_TIME), PROCESSING_TIME, TOPIC, PARTITION, OFFSET, *columns
+            *keys,
+            window.time().alias(_TIME),
+            PROCESSING_TIME,
+            TOPIC,
+            PARTITION,
+            OFFSET,
+            # the replay reads values by position; renamed, a key counted is not a second key
+            *[F.col(c).alias(f"_value_{i}") for i, c in enumerate(columns)],
         )
         .repartition(*keys)
         .sortWithinPartitions(*keys, PROCESSING_TIME, TOPIC, PARTITION, OFFSET)

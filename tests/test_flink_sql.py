@@ -15,7 +15,12 @@ from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import CumulativeWindows, SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import (
+    CumulativeWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
 
 SCRIPT = """SET 'pipeline.auto-watermark-interval' = '200ms';
 CREATE TABLE transactions (
@@ -98,6 +103,14 @@ def test_a_cumulate_job_maps(spark):
     assert job.window == CumulativeWindows(size_ms=300_000, step_ms=60_000)
 
 
+def test_a_session_job_maps(spark):
+    session = (
+        "SESSION(TABLE transactions PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '5' MINUTE)"
+    )
+    job = job_from_sql(spark, script(session), {"transactions": archive(spark, IN_ORDER)})
+    assert job.window == SessionWindows(gap_ms=300_000)
+
+
 def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:01:00", "u1", 1.0)]
     with pytest.raises(UnsupportedSqlError, match="partition 0 offset 2 goes back"):
@@ -108,11 +121,16 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     ("sql", "message"),
     [
         (
+            script("SESSION(TABLE transactions, DESCRIPTOR(ts), INTERVAL '5' MINUTE)"),
+            "line 9, column 19: a SESSION without PARTITION BY is not supported",
+        ),
+        (
             script(
-                "SESSION(TABLE transactions PARTITION BY user_id, DESCRIPTOR(ts), "
+                "SESSION(TABLE transactions PARTITION BY amount, DESCRIPTOR(ts), "
                 "INTERVAL '5' MINUTE)"
             ),
-            "line 9, column 12: the SESSION window is not supported",
+            "line 10, column 1: a SESSION partitioned by amount grouped by user_id is not "
+            "supported: the GROUP BY keys must be the PARTITION BY columns",
         ),
         (
             script(
@@ -152,7 +170,17 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "line 8, column 43: AVG of the BIGINT column amount is not supported",
         ),
     ],
-    ids=["session", "cumulate-step", "over", "join", "set", "alignment", "bound-0", "avg-bigint"],
+    ids=[
+        "session-alone",
+        "session-keys",
+        "cumulate-step",
+        "over",
+        "join",
+        "set",
+        "alignment",
+        "bound-0",
+        "avg-bigint",
+    ],
 )
 def test_refusals_name_the_construct_line_and_column(sql, message):
     with pytest.raises(UnsupportedSqlError) as refused:

@@ -183,3 +183,19 @@ def test_a_session_fired_by_a_record_an_inner_lookup_removed(make_archive):
     result = backfill(spark, job)
     assert _firings(result) == [("a", 0, 10, 25, "on_time", 2.0)]
     assert result.stats["records_without_state"] == 1
+
+
+def test_a_session_counts_its_key_column(make_archive):
+    """Flink SQL's ``COUNT(*)`` is a count of the key column: the session replay reads the key
+    once as the key and once as a value."""
+    rows = [(0, 0, 0, "a", 1.0), (0, 1, 5, "a", 2.0), (0, 2, 30, "b", 4.0)]
+    job = StreamJob(
+        topics=[ArchivedTopic("t", dataframe=make_archive(rows))],
+        keys=["user"],
+        window=SessionWindows(GAP),
+        aggregations=[Aggregation("user", "count", "n"), Aggregation("amount", "sum", "sum")],
+        watermark=WatermarkStrategy(interval_ms=0, emission="on_event"),
+    )
+    result = backfill(make_archive([]).sparkSession, job)
+    fired = result.emissions.select("user", F.unix_millis("window_end"), "n", "sum").collect()
+    assert [tuple(r) for r in fired] == [("a", 15, 2, 3.0)]  # fired by b's et 30 (W = 29)

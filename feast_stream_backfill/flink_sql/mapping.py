@@ -55,7 +55,12 @@ from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic, read_records
 from feast_stream_backfill.triggers import EventTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
-from feast_stream_backfill.windows import CumulativeWindows, SlidingWindows, TumblingWindows
+from feast_stream_backfill.windows import (
+    CumulativeWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
 
 AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
 SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
@@ -257,7 +262,11 @@ def _watermark(options: tuple[SetOption, ...], table: Table) -> WatermarkStrateg
     )
 
 
-def _window(insert: WindowedInsert) -> TumblingWindows | SlidingWindows | CumulativeWindows:
+def _window(
+    insert: WindowedInsert,
+) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows:
+    if insert.window == "SESSION":
+        return SessionWindows(gap_ms=insert.size_ms)
     if insert.slide_ms is None:
         return TumblingWindows(size_ms=insert.size_ms)
     if insert.size_ms % insert.slide_ms:

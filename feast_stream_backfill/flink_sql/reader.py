@@ -16,7 +16,7 @@ from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
-MAPPED_WINDOWS = ("TUMBLE", "HOP", "CUMULATE")
+MAPPED_WINDOWS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
 #: SQL's aggregate functions the plugin computes, by its name for them.
 AGGREGATES = {"SUM": "sum", "COUNT": "count", "AVG": "mean", "MIN": "min", "MAX": "max"}
 
@@ -92,9 +92,9 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class WindowedInsert:
-    """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE(...)) GROUP BY keys,
-    window_start, window_end``. ``slide_ms``: HOP's slide, CUMULATE's step, None for
-    TUMBLE."""
+    """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE|SESSION(...)) GROUP BY
+    keys, window_start, window_end``. ``size_ms``: SESSION's gap, the others' size;
+    ``slide_ms``: HOP's slide, CUMULATE's step, None for TUMBLE and SESSION."""
 
     target: str
     source: str
@@ -260,8 +260,15 @@ def _insert(statement: Any) -> WindowedInsert:
         raise _refused(select.getWindowList(), "a WINDOW clause (OVER)")
     if select.isDistinct():
         raise _refused(select, "SELECT DISTINCT")
-    source, window, time_column, size_ms, slide_ms = _window(select.getFrom())
+    window = _window(select.getFrom())
     keys = _group_keys(select)
+    if window.function == "SESSION" and set(window.partition_by) != set(keys):
+        raise _refused(
+            select.getGroup(),
+            f"a SESSION partitioned by {', '.join(window.partition_by)} grouped by "
+            f"{', '.join(keys)}",
+            "the GROUP BY keys must be the PARTITION BY columns",
+        )
     aggregates = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER":
@@ -274,35 +281,48 @@ def _insert(statement: Any) -> WindowedInsert:
         raise _refused(select, "a SELECT without aggregates")
     return WindowedInsert(
         target=_table_name(statement.getTargetTable()),
-        source=source,
-        window=window,
-        time_column=time_column,
-        size_ms=size_ms,
-        slide_ms=slide_ms,
+        source=window.source,
+        window=window.function,
+        time_column=window.time_column,
+        size_ms=window.size_ms,
+        slide_ms=window.slide_ms,
         keys=keys,
         aggregates=tuple(aggregates),
         at=position(statement.getTargetTable()),
     )
 
 
-def _window(source: Any) -> tuple[str, str, str, int, int | None]:
+@dataclass(frozen=True)
+class _WindowCall:
+    """A window table-valued function: its input table, name, time column, lengths, and
+    SESSION's ``PARTITION BY`` columns."""
+
+    source: str
+    function: str
+    time_column: str
+    size_ms: int
+    slide_ms: int | None
+    partition_by: tuple[str, ...] = ()
+
+
+def _window(source: Any) -> _WindowCall:
     """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))``, ``TABLE(HOP(TABLE t, DESCRIPTOR(ts),
-    slide, size))`` or ``TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))``: the table,
-    the function, the time column, size and slide (or step)."""
+    slide, size))``, ``TABLE(CUMULATE(TABLE t, DESCRIPTOR(ts), step, size))`` or
+    ``TABLE(SESSION(TABLE t PARTITION BY keys, DESCRIPTOR(ts), gap))`` (the gap as size)."""
     if _kind(source) == "JOIN":
         raise _refused(source, "a join")
     if _kind(source) != "COLLECTION_TABLE":
         raise _refused(
             source,
             f"the source {_first_words(source)}",
-            "a TUMBLE, HOP or CUMULATE window table-valued function is mapped",
+            "a TUMBLE, HOP, CUMULATE or SESSION window table-valued function is mapped",
         )
     call = source.getOperandList()[0]
     function = str(call.getOperator().getName()).upper()
     if function not in MAPPED_WINDOWS:
         raise _refused(call, f"the {function} window")
     operands = list(call.getOperandList())
-    expected = 3 if function == "TUMBLE" else 4
+    expected = 3 if function in ("TUMBLE", "SESSION") else 4
     if len(operands) != expected or any(_kind(o) == "ARGUMENT_ASSIGNMENT" for o in operands):
         raise _refused(
             call,
@@ -310,6 +330,7 @@ def _window(source: Any) -> tuple[str, str, str, int, int | None]:
             "the window offset is not mapped yet",
         )
     table, descriptor, *intervals = operands
+    table, partition_by = _partitioned(table, function)
     if _kind(table) != "EXPLICIT_TABLE":
         raise _refused(table, f"the window's input {table.toString()}", "a table is mapped")
     if str(descriptor.getOperator().getName()).upper() != "DESCRIPTOR":
@@ -320,10 +341,27 @@ def _window(source: Any) -> tuple[str, str, str, int, int | None]:
     lengths = [interval_ms(i) for i in intervals]
     (time_column,) = [_name(c) for c in descriptor.getOperandList()]
     source_table = _table_name(table.getOperandList()[0])
-    if function == "TUMBLE":
-        return source_table, function, time_column, lengths[0], None
+    if len(lengths) == 1:
+        return _WindowCall(source_table, function, time_column, lengths[0], None, partition_by)
     slide, size = lengths
-    return source_table, function, time_column, size, slide
+    return _WindowCall(source_table, function, time_column, size, slide)
+
+
+def _partitioned(table: Any, function: str) -> tuple[Any, tuple[str, ...]]:
+    """SESSION's ``TABLE t PARTITION BY keys`` (required: without it, sessions span every key):
+    the table and the keys. Other windows take a plain ``TABLE t``."""
+    if function != "SESSION":
+        if _kind(table) == "SET_SEMANTICS_TABLE":
+            raise _refused(table, f"{function} with PARTITION BY")
+        return table, ()
+    if _kind(table) != "SET_SEMANTICS_TABLE":
+        raise _refused(
+            table, "a SESSION without PARTITION BY", "sessions per GROUP BY key are mapped"
+        )
+    inner, partition, order = table.getOperandList()
+    if order.size():
+        raise _refused(order, "a SESSION's ORDER BY")
+    return inner, tuple(_name(c) for c in partition)
 
 
 def _group_keys(select: Any) -> tuple[str, ...]:

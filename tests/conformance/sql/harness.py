@@ -52,12 +52,13 @@ class SqlJob:
     records: list[Record]
     keys: tuple[str, ...]
     value_type: str  # DOUBLE or BIGINT
-    size: int  # ms; CUMULATE's max size
+    size: int  # ms; CUMULATE's max size, SESSION's gap
     slide: int  # ms: HOP's slide, CUMULATE's step; 0: TUMBLE
     functions: tuple[str, ...]  # jobs.AGGREGATES' names, output as a0, a1, ... in this order
     emission: str  # periodic or on-event
     idle: bool  # an idle timeout is set
     cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
+    session: bool = False  # SESSION with a gap of ``size``, partitioned by the keys
 
     @property
     def aggregates(self) -> tuple[str, ...]:
@@ -65,11 +66,15 @@ class SqlJob:
 
     @property
     def window(self) -> str:
+        if self.session:
+            return "SESSION"
         return "CUMULATE" if self.cumulate else "HOP" if self.slide else "TUMBLE"
 
     @property
     def model(self) -> Job:
         """The windows of the simulator's job."""
+        if self.session:
+            return Job(size=1, gap=self.size)
         if self.cumulate:
             return Job(size=self.size, step=self.slide)
         return Job(size=self.size, slide=self.slide)
@@ -148,7 +153,9 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     emit_time); the dropped (key, window start) pairs: every window of a record the window
     operator's late-records counter counted, else those that had fired (``window_end - 1 <=
     W``, ``TimeWindowUtil.isWindowFired``) when it came; and where the two disagree (the
-    counter's record with a window not yet fired, or the reverse)."""
+    counter's record with a window not yet fired, or the reverse). A session's record is
+    dropped in its own window ``[et, et + gap)``, as the simulator counts it, when the counter
+    counted it: whether it was late depends on the sessions it would have merged with."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
@@ -161,6 +168,10 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     dropped: dict[tuple, int] = defaultdict(int)
     odd = []
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
+        if job.session:
+            if counted:
+                dropped[(r.key, r.et)] += 1
+            continue
         windows = windows_of(r.et, job.model)
         fired = [(s, e) for s, e in windows if e - 1 <= watermark]
         if counted and len(fired) < len(windows) or not counted and len(fired) == len(windows):
@@ -220,9 +231,10 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})
     watermark, window = mapped.watermark, mapped.window
     model = Job(
-        size=window.size_ms,
+        size=getattr(window, "size_ms", 1),
         slide=getattr(window, "slide_ms", 0),
         step=getattr(window, "step_ms", 0),
+        gap=getattr(window, "gap_ms", 0),
         bound=watermark.out_of_orderness_ms,
         interval=watermark.interval_ms,
         emission=watermark.emission,

@@ -2,8 +2,8 @@
 hand-written ones.
 
 A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
-TUMBLE, HOP or CUMULATE aggregation of ``amount``. What varies: the window's size and slide
-(or step), the
+TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``. What varies: the window's size
+and slide (or step, or SESSION's gap), the
 watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
 MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
 Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
@@ -55,9 +55,11 @@ def script(
     scan_idle: int | None = None,
     set_idle: int | None = None,
     cumulate: bool = False,
+    session: bool = False,
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
-    with ``cumulate``, else HOP's; 0: TUMBLE)."""
+    with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
+    partitioned by the keys)."""
     sets = []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -69,8 +71,11 @@ def script(
     if scan_idle is not None:
         options.append(f"'scan.watermark.idle-timeout' = '{scan_idle}ms'")
     columns = ", ".join(f"{k} STRING" for k in keys)
+    partition = keys[0] if len(keys) == 1 else f"({', '.join(keys)})"
     window = (
-        f"{'CUMULATE' if cumulate else 'HOP'}(TABLE {TABLE}, DESCRIPTOR(ts), "
+        f"SESSION(TABLE {TABLE} PARTITION BY {partition}, DESCRIPTOR(ts), {_interval(size)})"
+        if session
+        else f"{'CUMULATE' if cumulate else 'HOP'}(TABLE {TABLE}, DESCRIPTOR(ts), "
         f"{_interval(slide)}, {_interval(size)})"
         if slide
         else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
@@ -129,9 +134,11 @@ def generated(n: int, seed: int) -> list[SqlJob]:
     for i in range(n):
         unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
         base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
-        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE"])
-        slide = rng.choice([5, 10, 20]) * unit if kind != "TUMBLE" else 0
+        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION"])
+        slide = rng.choice([5, 10, 20]) * unit if kind in ("HOP", "CUMULATE") else 0
         size = slide * rng.randint(2, 4) if slide else rng.choice([10, 20, 30, 50]) * unit
+        if kind == "SESSION":
+            size = rng.choice([5, 10, 20, 40]) * unit  # the gap
         bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
         emission = rng.choice(["periodic", "on-event"])
         emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
@@ -162,6 +169,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             scan_idle=scan_idle,
             set_idle=set_idle,
             cumulate=kind == "CUMULATE",
+            session=kind == "SESSION",
         )
         jobs.append(
             SqlJob(
@@ -176,6 +184,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 emission=emission,
                 idle=idle,
                 cumulate=kind == "CUMULATE",
+                session=kind == "SESSION",
             )
         )
     return jobs
