@@ -5,7 +5,7 @@ Runs the hand-written jobs and N random ones (:mod:`jobs`) on Flink SQL (one JVM
 each emission log (rows, values, emit times, order per key and instant) and the dropped
 records with the reference simulator's log of the job ``job_from_sql`` maps the script onto
 and, with ``--plugin``, with the plugin's backfill of the script (one Spark session; some 20 s
-a job on a loaded 2-core machine). Prints counts per construct (TUMBLE/HOP x emission x
+a job on a loaded 2-core machine). Prints counts per construct (window x emission x
 idleness, and per aggregate function), every disagreement, wall times; exits 1 on any
 disagreement.
 """
