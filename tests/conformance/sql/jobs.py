@@ -261,6 +261,29 @@ HOP_ON_EVENT = SqlJob(
     idle=False,
 )
 
+#: On-event CUMULATE (step 10, size 30, B = 1 ms: W = ts - 1) over one partition: a's et 11,
+#: read after b's et 25 brought W to 24, is late for [0, 20) and joins [0, 30); a's et 75
+#: fires [30, 50) and [30, 60), the second with no record since the first.
+CUMULATE_ON_EVENT = SqlJob(
+    name="cumulate_on_event_late",
+    script=script(
+        ("user_id",), "DOUBLE", 30, 10, 1, ["SUM", "COUNT(*)"], emit="on-event", cumulate=True
+    ),
+    records=_rows(
+        0,
+        [(1, "a", 1.0), (12, "a", 2.0), (25, "b", 4.0), (11, "a", 8.0), (41, "a", 16.0)]
+        + [(75, "a", 32.0)],
+    ),
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=30,
+    slide=10,
+    functions=("SUM", "COUNT(*)"),
+    emission="on-event",
+    idle=False,
+    cumulate=True,
+)
+
 
 def hand_written() -> list[SqlJob]:
-    return [EXAMPLE, HOP_ON_EVENT]
+    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT]
