@@ -34,7 +34,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 #: handed out last kept one process busy alone at the end, so these go out first.
 SLOWEST_FILES = (
     "test_install.py",
+    "test_differential_unsorted.py",
     "test_differential.py",
+    "test_differential_hypothesis.py",
     "test_hostile_input.py",
     "test_explain_cli.py",
     "test_enrichment_differential.py",

@@ -10,7 +10,9 @@ mean and count, dropped records, ``Backfill.stats``' record counts) by :func:`ch
   rows' jobs, archives and simulated logs), each row with a seeded archive;
 - ``HAND_PICKED``: instants random archives rarely hit (a tick between records, on a record's
   millisecond, the archive's last tick) and the reported regressions;
-- hypothesis, for what the table's options do not name; event times near 0 or near 2026.
+- hypothesis, for what the table's options do not name; event times near 0 or near 2026
+  (its strategies here, its tests in tests/test_differential_hypothesis.py and
+  tests/test_differential_unsorted.py, which two test processes run alongside this file).
   Profiles: ``ci`` (default: 4 derandomized examples per test, besides the ``@example``s) and
   ``long`` (HYPOTHESIS_PROFILE=long: 2000 examples, or HYPOTHESIS_MAX_EXAMPLES; a few seconds
   each). CI's combinations come from the table and the hand-picked cases, which all run there;
@@ -35,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, assume, example, given, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -56,8 +58,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
-from feast_stream_backfill.planner import eligible, plan
-from feast_stream_backfill.strategies.aligned_unsorted import window_aggregates
+from feast_stream_backfill.planner import eligible
 from tests.conftest import collect_log
 from tests.reference_simulator import Job, Record, simulate
 
@@ -536,7 +537,8 @@ def test_hand_picked_case(spark, name):
     assert {(e[0], e[1] - case.base, e[3] - case.base, e[5]) for e in emissions} == case.firings
 
 
-# -------------------------------------------------------------------------------- hypothesis
+# ------------------------------------------------------------------ hypothesis's strategies
+# Its tests: tests/test_differential_hypothesis.py and tests/test_differential_unsorted.py.
 
 
 @st.composite
@@ -564,96 +566,6 @@ jobs = st.builds(
     idleness=st.sampled_from([0, 10, 60, 300]),
     gap=st.sampled_from([0, 0, 15, 60]),
 )
-
-
-@given(records=archives(), job=jobs, base=st.sampled_from([0, REALISTIC]))
-@example(
-    records=[Record("t1", 0, *r) for r in SESSION_REPRODUCTION], job=SESSION_JOB, base=REALISTIC
-)
-@example(
-    records=[Record("t1", 0, 0, 5, "a", 1.0), Record("t1", 0, 1, 500, "a", 2.0)],
-    job=PROCESSING_SESSION_JOB,
-    base=REALISTIC,
-)
-@example(records=IDLE_TO_THE_END, job=IDLE_SESSION_JOB, base=0)
-def test_spark_backfill_equals_reference_simulator(spark, records, job, base):
-    assume(records)  # an empty archive is refused; test_bad_input covers it
-    check(spark, shifted(records, base), modelled(job, records))
-
-
-#: Session jobs with every other option drawn as in ``jobs``: a third of those reach the
-#: merging strategy, so this test gives it as many cases as the aligned ones get.
-session_jobs = st.tuples(jobs, st.sampled_from([15, 60])).map(
-    lambda drawn: replace(drawn[0], gap=drawn[1])
-)
-
-
-@given(records=archives(), job=session_jobs, base=st.sampled_from([0, REALISTIC]))
-def test_merging_backfill_equals_reference_simulator(spark, records, job, base):
-    """Session windows (the only strategy that merges windows) equal the simulator."""
-    assume(records)
-    records, job = shifted(records, base), modelled(job, records)
-    assert plan(stream_job(spark, records, job)).strategy.name == "merging"
-    check(spark, records, job)
-
-
-#: The jobs the strategy without a sort accepts: aligned event-time windows, the default trigger
-#: without lateness, periodic watermarks, D1 = 0; with idleness, those whose archive has no
-#: idle partition run without the sort, the others with it.
-unsorted_jobs = jobs.map(
-    lambda job: replace(
-        job,
-        gap=0,
-        domain="event",
-        trigger="default",
-        emission="periodic",
-        lateness=0,
-        min_gap=0,
-    )
-)
-
-
-@given(
-    records=archives(),
-    job=unsorted_jobs,
-    base=st.sampled_from([0, REALISTIC]),
-    chunk_windows=st.sampled_from([window_aggregates.CHUNK_WINDOWS, 1]),
-)
-def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base, chunk_windows):
-    """The strategy that never sorts the records: planned first for these jobs, and equal to
-    the simulator (as is the strategy in processing order), also where sliding windows'
-    chunks (one window's size each) cut the archive everywhere."""
-    assume(records)
-    records, job = shifted(records, base), modelled(job, records)
-    assert plan(stream_job(spark, records, job)).strategy.name == "aligned-unsorted"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(window_aggregates, "CHUNK_WINDOWS", chunk_windows)
-        check(spark, records, job)
-
-
-#: Cumulative windows (Flink SQL's CUMULATE) with every other option drawn as in ``jobs``,
-#: but the event-time trigger without lateness, all Flink SQL gives them; 2, 5 or 10 steps.
-cumulative_jobs = st.tuples(jobs, st.sampled_from([2, 5, 10])).map(
-    lambda drawn: replace(
-        drawn[0],
-        gap=0,
-        slide=0,
-        step=drawn[0].size // drawn[1],
-        domain="event",
-        trigger="default",
-        lateness=0,
-    )
-)
-
-
-@given(records=archives(), job=cumulative_jobs, base=st.sampled_from([0, REALISTIC]))
-@example(records=CUMULATIVE_RECORDS, job=CUMULATIVE_JOB, base=REALISTIC)
-@example(records=CUMULATIVE_RECORDS, job=replace(CUMULATIVE_JOB, emission="periodic"), base=0)
-def test_cumulative_backfill_equals_reference_simulator(spark, records, job, base):
-    """Cumulative windows by every strategy that accepts them (both aligned ones, as the
-    other options allow) equal the simulator."""
-    assume(records)
-    check(spark, shifted(records, base), modelled(job, records))
 
 
 # ------------------------------------------------------------------ the simulator by itself

@@ -39,6 +39,8 @@ import pytest
 import redis
 from feast import FeatureStore
 from feast.infra.online_stores.redis import RedisOnlineStore
+from feast.repo_config import load_repo_config
+from feast.repo_operations import apply_total
 from feast.utils import _convert_arrow_to_proto
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyspark.sql import functions as F
@@ -257,7 +259,16 @@ def repo(tmp_path_factory, spark):
     ).write.format("delta").save(str(path / "data/profile"))
     write_bulk_archive(spark, str(path / "data/archive/bulk"), BULK_USERS)
     os.environ["FSB_REDIS"] = "127.0.0.1:1"
-    subprocess.run([FEAST, "apply"], cwd=path, check=True, capture_output=True, timeout=600)
+    # `feast apply`, in this process: the command's own code, on the tests' Spark session
+    # (tests/test_feast_integration.py and tests/test_apply_checks.py run the command).
+    config = load_repo_config(path, path / "feature_store.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(path)
+        patch.syspath_prepend(str(path))
+        try:
+            apply_total(config, path, skip_source_validation=False)
+        finally:
+            sys.modules.pop("features", None)  # other tests import their own features.py
     return path
 
 
