@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from feast.repo_config import load_repo_config
+from feast.repo_operations import apply_total
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -196,3 +198,17 @@ def redis_server():
     yield f"127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+def apply_in_process(path: Path, *, validate_sources: bool = False) -> None:
+    """``feast apply`` of the repo at ``path`` in this process: the command's own code on the
+    tests' Spark session, without a second JVM; its ``features`` module is forgotten after, as
+    other tests import their own."""
+    config = load_repo_config(path, path / "feature_store.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(path)
+        patch.syspath_prepend(str(path))
+        try:
+            apply_total(config, path, skip_source_validation=not validate_sources)
+        finally:
+            sys.modules.pop("features", None)

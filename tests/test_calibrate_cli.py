@@ -5,20 +5,18 @@ log; the fit printed, kept beside the log, and drawn."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 from feast import FeatureStore
-from feast.repo_config import load_repo_config
-from feast.repo_operations import apply_total
 from matplotlib.image import imread
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.calibration import load_calibration
 from feast_stream_backfill.cli import cli
+from tests.conftest import apply_in_process
 
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 # (partition, offset, event time, user, amount); B = 5 s, 5-minute windows, no lateness. The
@@ -147,15 +145,9 @@ def repo(tmp_path_factory, spark):
         F.lit(None).cast("timestamp").alias("valid_to"),
         "fee_rate",
     ).write.format("delta").save(str(path / "data/state/user_tiers"))
-    config = load_repo_config(path, path / "feature_store.yaml")
     with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(path)
-        patch.syspath_prepend(str(path))
         patch.setenv("FSB_REDIS", "localhost:6379")
-        try:
-            apply_total(config, path, skip_source_validation=True)
-        finally:
-            sys.modules.pop("features", None)
+        apply_in_process(path)
     return path
 
 

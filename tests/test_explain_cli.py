@@ -9,15 +9,12 @@ import html
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from feast.repo_config import load_repo_config
-from feast.repo_operations import apply_total
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 from pyspark.sql import functions as F
@@ -27,6 +24,7 @@ from feast_stream_backfill.calibration.fit import LEVELS, Counts, Delay, Delays
 from feast_stream_backfill.cli import cli, parse_durations, parse_key
 from feast_stream_backfill.explain.anomalies import Anomalies
 from feast_stream_backfill.explain.report import ViewReport, render_html
+from tests.conftest import apply_in_process
 
 REPO = Path(__file__).resolve().parent.parent / "feature_repo"
 # (partition, offset, event time, user, amount); B = 5 s, 5-minute windows, no lateness.
@@ -71,14 +69,7 @@ def repo(tmp_path_factory, spark, redis_server, monkeypatch_module):
     ).write.format("delta").save(str(path / "data/state/user_tiers"))
     monkeypatch_module.setenv("FSB_REDIS", redis_server)
     # `feast apply`, in this process (its Spark session is the tests').
-    config = load_repo_config(path, path / "feature_store.yaml")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(path)
-        patch.syspath_prepend(str(path))
-        try:
-            apply_total(config, path, skip_source_validation=True)
-        finally:
-            sys.modules.pop("features", None)  # other tests import their own features.py
+    apply_in_process(path)
     return path
 
 

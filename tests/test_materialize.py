@@ -39,8 +39,6 @@ import pytest
 import redis
 from feast import FeatureStore
 from feast.infra.online_stores.redis import RedisOnlineStore
-from feast.repo_config import load_repo_config
-from feast.repo_operations import apply_total
 from feast.utils import _convert_arrow_to_proto
 from google.protobuf.timestamp_pb2 import Timestamp
 from pyspark.sql import functions as F
@@ -48,7 +46,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill.feast_plugin.compute_engine import _write_partition
 from feast_stream_backfill.feast_plugin.view_rows import emissions_for
 from tests.bulk_repo import write_bulk_archive
-from tests.conftest import _free_port
+from tests.conftest import _free_port, apply_in_process
 
 FEAST = str(Path(sys.executable).parent / "feast")
 BULK_USERS = 20_000
@@ -261,14 +259,7 @@ def repo(tmp_path_factory, spark):
     os.environ["FSB_REDIS"] = "127.0.0.1:1"
     # `feast apply`, in this process: the command's own code, on the tests' Spark session
     # (tests/test_feast_integration.py and tests/test_apply_checks.py run the command).
-    config = load_repo_config(path, path / "feature_store.yaml")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(path)
-        patch.syspath_prepend(str(path))
-        try:
-            apply_total(config, path, skip_source_validation=False)
-        finally:
-            sys.modules.pop("features", None)  # other tests import their own features.py
+    apply_in_process(path, validate_sources=True)
     return path
 
 
