@@ -13,7 +13,7 @@ from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
-from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
@@ -34,6 +34,17 @@ FROM TABLE(%s)
 GROUP BY user_id, window_start, window_end;
 """
 TUMBLE = "TUMBLE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '5' MINUTE)"
+#: An unbounded aggregation, upserting each user's running spend with every transaction;
+#: a user's state expires 10 minutes of processing time after its last update.
+UNBOUNDED = """SET 'table.exec.state.ttl' = '10 min';
+CREATE TABLE transactions (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3)
+) WITH ('connector' = 'kafka', 'topic' = 'transactions', 'format' = 'json');
+INSERT INTO user_spend
+SELECT user_id, SUM(amount) AS spend, MAX(amount) AS largest
+FROM transactions
+GROUP BY user_id;
+"""
 
 
 def script(window: str = TUMBLE, options: str = "") -> str:
@@ -154,7 +165,28 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         ),
         (
             "SET 'table.exec.state.ttl' = '1 h';\n" + script(),
-            "line 1, column 1: SET 'table.exec.state.ttl' is not supported",
+            "line 1, column 1: SET 'table.exec.state.ttl' with a window aggregation is not "
+            "supported: the state TTL is modelled for unbounded aggregations only",
+        ),
+        (
+            "SET 'table.exec.mini-batch.enabled' = 'true';\n" + UNBOUNDED,
+            "line 1, column 1: SET 'table.exec.mini-batch.enabled' is not supported",
+        ),
+        (
+            UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""),
+            "line 4, column 13: an unbounded GROUP BY without 'table.exec.state.ttl' is not "
+            "supported: without a state TTL Flink's GroupAggFunction skips an update equal to "
+            "the key's previous result",
+        ),
+        (
+            UNBOUNDED.replace("GROUP BY user_id", "GROUP BY user_id, window_start"),
+            "line 8, column 19: GROUP BY window_start without a window is not supported",
+        ),
+        (
+            UNBOUNDED.replace(
+                "SELECT user_id,", "SELECT /*+ STATE_TTL('transactions' = '1d') */ user_id,"
+            ),
+            "line 6, column 12: the query hint `STATE_TTL`('transactions' = '1d') is not supported",
         ),
         (
             script(options=", 'scan.watermark.alignment.group' = 'g'"),
@@ -177,6 +209,10 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "over",
         "join",
         "set",
+        "mini-batch",
+        "unbounded-without-ttl",
+        "unbounded-window-column",
+        "hint",
         "alignment",
         "bound-0",
         "avg-bigint",
@@ -201,3 +237,42 @@ def test_sql_watermark_boundary(spark, after_end_ms, fires):
     assert job.watermark.emission == "on_event"
     fired = backfill(spark, job).emissions.where("user_id = 'u1'").collect()
     assert [r["spend_5m"] for r in fired] == ([1.0] if fires else [])
+
+
+def test_an_unbounded_aggregation_updates_every_record_until_its_state_expires(spark):
+    """Each record updates its user's result at its processing time (here its event time:
+    one partition, in order), written even when unchanged (with a TTL, Flink emits every
+    update). A record read exactly 10 minutes after the user's last update finds the state
+    expired (``last + TTL <= now``) and starts afresh; 1 ms earlier it joins."""
+    rows = [
+        (0, 0, "2026-01-01 10:00:00", "u1", 1.0),
+        (0, 1, "2026-01-01 10:04:00", "u1", 2.0),
+        (0, 2, "2026-01-01 10:05:00", "u2", 4.0),
+        (0, 3, "2026-01-01 10:14:00", "u1", 8.0),  # 10:04 + 10 min: expired, afresh
+        (0, 4, "2026-01-01 10:23:59.999", "u1", 16.0),  # 10:14 + 10 min - 1 ms: joins
+        (0, 5, "2026-01-01 10:25:00", "u1", 0.0),  # nothing changes: written again
+        (0, 6, "2026-01-01 10:30:00", "u2", 32.0),  # 10:05 + 25 min: expired
+    ]
+    job = job_from_sql(spark, UNBOUNDED, {"transactions": archive(spark, rows)})
+    assert job.window == SessionWindows(gap_ms=600_000, domain="processing")
+    assert job.trigger == PerRecordTrigger()
+    log = backfill(spark, job).emissions.orderBy("emit_time", "user_id").collect()
+    assert [
+        (r["user_id"], r["emit_time"].strftime("%H:%M:%S.%f")[:12], r["spend"], r["largest"])
+        for r in log
+    ] == [
+        ("u1", "10:00:00.000", 1.0, 1.0),
+        ("u1", "10:04:00.000", 3.0, 2.0),
+        ("u2", "10:05:00.000", 4.0, 4.0),
+        ("u1", "10:14:00.000", 8.0, 8.0),
+        ("u1", "10:23:59.999", 24.0, 16.0),
+        ("u1", "10:25:00.000", 24.0, 16.0),
+        ("u2", "10:30:00.000", 32.0, 32.0),
+    ]
+    assert {r["firing"] for r in log} == {"per_record"}
+    # The state's life: from its first record to TTL after its last update.
+    assert [
+        (r["window_start"].strftime("%H:%M"), r["window_end"].strftime("%H:%M"))
+        for r in log
+        if r["user_id"] == "u1"
+    ][-1] == ("10:14", "10:35")

@@ -1,9 +1,9 @@
 """The plugin's backfill of a Flink SQL script against real Flink SQL (tests/conformance/sql):
 identical rows, values, emit times and dropped records.
 
-Three hand-written jobs, checked by hand; they and 10 random ones from a fixed seed against the
+Four hand-written jobs, checked by hand; they and 10 random ones from a fixed seed against the
 reference simulator of the job ``job_from_sql`` maps each script onto (test_differential holds
-the simulator equal to the backfill); the three against the plugin's backfill; and the AVG of a
+the simulator equal to the backfill); the four against the plugin's backfill; and the AVG of a
 BIGINT that ``job_from_sql`` refuses. One Flink JVM runs them all. ``python -m
 tests.conformance.sql --random N [--plugin]`` runs larger generated sets.
 """
@@ -31,13 +31,14 @@ from tests.conformance.sql.jobs import (
     CUMULATE_ON_EVENT,
     EXAMPLE,
     HOP_ON_EVENT,
+    UNBOUNDED_TTL,
     generated,
     hand_written,
     script,
 )
 from tests.reference_simulator import Record
 
-RANDOM = generated(10, seed=2031)  # every job fires; each window kind at least twice
+RANDOM = generated(10, seed=2089)  # every job fires; each kind (four windows, GROUP BY) twice
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
     name="avg_of_bigint",
@@ -119,6 +120,26 @@ def test_flink_sql_fires_the_hand_computed_cumulate_steps(runs):
     ]
     assert dropped == {("a", 0): 1}
     assert odd == []  # Flink's late-records counter did not count it: [0, 30) took it
+
+
+def test_flink_sql_updates_the_hand_computed_group_by_until_its_state_expires(runs):
+    # TTL 10 ms of processing time (the partition's highest event time so far). a: pt 0, 4,
+    # then pt 14 = 4 + 10 finds the state expired (afresh: 8), pt 23 joins and changes
+    # nothing (written again). b: pt 2, then pt 11 (1 ms before 2 + 10) joins, and p1's et 3,
+    # read at pt 11 too, joins without a change. Rows: SUM, MAX; no window.
+    job, run = runs[UNBOUNDED_TTL.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions, key=lambda e: (e[0], e[3], e[4])) == [
+        ("a", None, None, 0, 0, "per_record", 1.0, 1.0),
+        ("a", None, None, 4, 0, "per_record", 3.0, 2.0),
+        ("a", None, None, 14, 0, "per_record", 8.0, 8.0),
+        ("a", None, None, 23, 0, "per_record", 8.0, 8.0),
+        ("b", None, None, 2, 0, "per_record", 4.0, 4.0),
+        ("b", None, None, 11, 0, "per_record", 20.0, 16.0),
+        ("b", None, None, 11, 1, "per_record", 20.0, 16.0),
+    ]
+    assert dropped == {}
+    assert odd == []
 
 
 @pytest.mark.parametrize("job", [*hand_written(), *RANDOM], ids=lambda j: j.name)

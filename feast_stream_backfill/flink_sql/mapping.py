@@ -29,12 +29,21 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   (``SliceAssigners.CumulativeSliceAssigner``), so a record late for some of its windows
   joins those not yet fired, and each window end fires the next
   (``nextTriggerWindow``) up to the size, whether or not a record came in between.
+- An unbounded ``GROUP BY keys`` (``GroupAggFunction``) updates its key's result with every
+  record, at the record's processing time, and with ``table.exec.state.ttl`` set emits
+  every update, changed or not. Its state lives under processing-time TTL
+  (``StateConfigUtil.createTtlConfig``: updated on create and write, expired ones never
+  returned): a record read at or after the last write plus the TTL starts afresh. That is a
+  processing-time session of gap TTL fired by every record: :class:`SessionWindows` in the
+  processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
+  ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
+  an update equal to the previous result; not modelled: refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
@@ -43,17 +52,17 @@ from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION
 from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql.reader import (
+    AggregatingInsert,
     Column,
     Script,
     SetOption,
     Table,
     TableOption,
-    WindowedInsert,
     read_script,
 )
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic, read_records
-from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
@@ -66,6 +75,7 @@ AUTO_WATERMARK_INTERVAL = "pipeline.auto-watermark-interval"
 SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
 SCAN_IDLE_TIMEOUT = "scan.watermark.idle-timeout"
 EMIT_STRATEGY = "scan.watermark.emit.strategy"
+STATE_TTL = "table.exec.state.ttl"
 #: Flink's ``PipelineOptions.AUTO_WATERMARK_INTERVAL`` default.
 DEFAULT_INTERVAL_MS = 200
 #: Options that shape the watermark or what is read, beyond those mapped: refused.
@@ -98,29 +108,85 @@ def job_from_sql(
     """
     read = read_script(script)
     chosen = _insert(read, insert)
+    settings = _settings(read.options)
     table = _source(read, chosen)
     topic = _topic(table, archives)
-    watermark = _watermark(read.options, table)
     _check_means(chosen, table)
+    keys = list(chosen.keys)
+    aggregations = [
+        # COUNT(*) counts rows; a key column is never null (the backfill refuses null keys),
+        # so counting it counts rows.
+        Aggregation(a.column or keys[0], a.function, a.name)
+        for a in chosen.aggregates
+    ]
+    if chosen.unbounded:
+        return StreamJob(
+            topics=[topic],
+            keys=keys,
+            window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
+            aggregations=aggregations,
+            trigger=PerRecordTrigger(),
+        )
+    if settings.state_ttl is not None:
+        raise _refused(
+            settings.state_ttl,
+            f"SET {STATE_TTL!r} with a window aggregation",
+            "the state TTL is modelled for unbounded aggregations only",
+        )
+    watermark = _watermark(settings, table)
     if watermark.emission == "periodic" and spark is not None:
         _check_in_order(spark, topic, table)
-    keys = list(chosen.keys)
     return StreamJob(
         topics=[topic],
         keys=keys,
         window=_window(chosen),
-        aggregations=[
-            # COUNT(*) counts rows; a key column is never null (the backfill refuses
-            # null keys), so counting it counts rows.
-            Aggregation(a.column or keys[0], a.function, a.name)
-            for a in chosen.aggregates
-        ],
+        aggregations=aggregations,
         trigger=EventTimeTrigger(),
         watermark=watermark,
     )
 
 
-def _insert(read: Script, target: str | None) -> WindowedInsert:
+@dataclass(frozen=True)
+class _Settings:
+    """The script's ``SET`` options the mapping reads: the periodic tick, the source idle
+    timeout (0: off) and the state TTL (None: not set)."""
+
+    interval_ms: int = DEFAULT_INTERVAL_MS
+    idle_ms: int = 0
+    state_ttl: SetOption | None = None
+
+
+def _settings(options: tuple[SetOption, ...]) -> _Settings:
+    """The ``SET`` options, refusing any other."""
+    settings = _Settings()
+    for option in options:
+        if option.key == AUTO_WATERMARK_INTERVAL:
+            settings = replace(settings, interval_ms=_duration_ms(option))
+        elif option.key == SOURCE_IDLE_TIMEOUT:
+            settings = replace(settings, idle_ms=_duration_ms(option))
+        elif option.key == STATE_TTL:
+            settings = replace(settings, state_ttl=option)
+        else:
+            raise _refused(option, f"SET {option.key!r}")
+    return settings
+
+
+def _state_ttl(settings: _Settings, insert: AggregatingInsert) -> int:
+    """An unbounded aggregation's state TTL, which must be set (> 0)."""
+    ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
+    if ttl <= 0:
+        where = settings.state_ttl.at if settings.state_ttl is not None else insert.at
+        raise UnsupportedSqlError(
+            f"an unbounded GROUP BY without {STATE_TTL!r}",
+            where.line,
+            where.column,
+            "without a state TTL Flink's GroupAggFunction skips an update equal to the key's "
+            "previous result, which is not modelled: set the TTL the job runs with",
+        )
+    return ttl
+
+
+def _insert(read: Script, target: str | None) -> AggregatingInsert:
     chosen = [i for i in read.inserts if target is None or i.target == target]
     if len(chosen) == 1:
         return chosen[0]
@@ -133,7 +199,7 @@ def _insert(read: Script, target: str | None) -> WindowedInsert:
     )
 
 
-def _source(read: Script, insert: WindowedInsert) -> Table:
+def _source(read: Script, insert: AggregatingInsert) -> Table:
     table = next((t for t in read.tables if t.name == insert.source), None)
     if table is None:
         raise UnsupportedSqlError(
@@ -155,6 +221,8 @@ def _source(read: Script, insert: WindowedInsert) -> Table:
             EMIT_STRATEGY,
         ):
             raise _refused(option, f"the option {option.key!r}")
+    if insert.unbounded:
+        return table
     if table.watermark is None:
         raise UnsupportedSqlError(
             f"the table {table.name} without a WATERMARK",
@@ -179,7 +247,7 @@ def _source(read: Script, insert: WindowedInsert) -> Table:
     return table
 
 
-def _check_means(insert: WindowedInsert, table: Table) -> None:
+def _check_means(insert: AggregatingInsert, table: Table) -> None:
     """``AVG`` keeps its argument's type in Flink (``AvgAggFunction``: of a BIGINT, the sum
     divided as longs, AVG(3, 8) = 5); the plugin's mean is a double: exact for a DOUBLE."""
     types = {c.name: c.type for c in table.columns}
@@ -195,7 +263,9 @@ def _check_means(insert: WindowedInsert, table: Table) -> None:
 
 
 def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> ArchivedTopic:
-    """The table's archive, reading its event time from the watermark's column."""
+    """The table's archive, reading its event time from the watermark's column (without a
+    ``WATERMARK``, from the archive's own time column: processing times are inferred from
+    it)."""
     name = table.option("topic")
     if name is None:
         raise UnsupportedSqlError(
@@ -215,19 +285,13 @@ def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> Archive
             f"table {table.name!r} reads topic {name.value!r}, its archive is of topic "
             f"{topic.name!r}"
         )
-    assert table.watermark is not None
+    if table.watermark is None:
+        return topic
     return replace(topic, timestamp_col=table.watermark.column)
 
 
-def _watermark(options: tuple[SetOption, ...], table: Table) -> WatermarkStrategy:
-    interval_ms, idle_ms = DEFAULT_INTERVAL_MS, 0
-    for option in options:
-        if option.key == AUTO_WATERMARK_INTERVAL:
-            interval_ms = _duration_ms(option)
-        elif option.key == SOURCE_IDLE_TIMEOUT:
-            idle_ms = _duration_ms(option)
-        else:
-            raise _refused(option, f"SET {option.key!r}")
+def _watermark(settings: _Settings, table: Table) -> WatermarkStrategy:
+    interval_ms, idle_ms = settings.interval_ms, settings.idle_ms
     scan_idle = table.option(SCAN_IDLE_TIMEOUT)
     if scan_idle is not None:
         idle_ms = _duration_ms(scan_idle)
@@ -263,7 +327,7 @@ def _watermark(options: tuple[SetOption, ...], table: Table) -> WatermarkStrateg
 
 
 def _window(
-    insert: WindowedInsert,
+    insert: AggregatingInsert,
 ) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows:
     if insert.window == "SESSION":
         return SessionWindows(gap_ms=insert.size_ms)

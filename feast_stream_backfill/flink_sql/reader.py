@@ -1,5 +1,6 @@
 """A Flink SQL script, read with Flink's parser into plain dataclasses: the ``SET`` options,
-the tables and the windowed ``INSERT INTO ... SELECT``.
+the tables and the aggregating ``INSERT INTO ... SELECT`` (over a window table-valued
+function, or an unbounded ``GROUP BY``).
 
 The reader accepts the statement shapes the backfill maps (docs/guides/flink-sql.md) and
 refuses any other with :class:`UnsupportedSqlError`, naming the construct and where the
@@ -91,20 +92,25 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
-class WindowedInsert:
+class AggregatingInsert:
     """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE|SESSION(...)) GROUP BY
-    keys, window_start, window_end``. ``size_ms``: SESSION's gap, the others' size;
-    ``slide_ms``: HOP's slide, CUMULATE's step, None for TUMBLE and SESSION."""
+    keys, window_start, window_end``, or ``SELECT ... FROM source GROUP BY keys`` (an
+    unbounded aggregation: ``window`` and ``time_column`` None). ``size_ms``: SESSION's gap,
+    the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the others."""
 
     target: str
     source: str
-    window: str
-    time_column: str
-    size_ms: int
+    window: str | None
+    time_column: str | None
+    size_ms: int | None
     slide_ms: int | None
     keys: tuple[str, ...]
     aggregates: tuple[Aggregate, ...]
     at: Position
+
+    @property
+    def unbounded(self) -> bool:
+        return self.window is None
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ class Script:
 
     options: tuple[SetOption, ...] = ()
     tables: tuple[Table, ...] = ()
-    inserts: tuple[WindowedInsert, ...] = field(default=())
+    inserts: tuple[AggregatingInsert, ...] = field(default=())
 
 
 def read_script(script: str) -> Script:
@@ -235,10 +241,11 @@ def interval_ms(literal: Any) -> int:
     return int(jvm().org.apache.calcite.sql.parser.SqlParserUtil.intervalToMillis(value))
 
 
-def _insert(statement: Any) -> WindowedInsert:
+def _insert(statement: Any) -> AggregatingInsert:
     """``INSERT INTO target SELECT keys, window_start, window_end, aggregates FROM
-    TABLE(TUMBLE|HOP(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
-    window_end``, nothing more."""
+    TABLE(TUMBLE|HOP|...(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
+    window_end``, or ``INSERT INTO target SELECT keys, aggregates FROM source GROUP BY keys``,
+    nothing more."""
     if statement.isOverwrite() or statement.isUpsert():
         raise _refused(statement, "INSERT OVERWRITE or UPSERT")
     if statement.getTargetColumnList() is not None:
@@ -256,36 +263,45 @@ def _insert(statement: Any) -> WindowedInsert:
     ):
         if clause is not None and not (_class(clause) == "SqlNodeList" and clause.size() == 0):
             raise _refused(clause, name, "filters are not mapped yet")
+    if select.getHints() is not None and select.getHints().size() > 0:
+        hint = select.getHints().get(0)
+        raise _refused(hint, f"the query hint {hint.toString()}", "hints are not mapped")
     if select.getWindowList() is not None and select.getWindowList().size() > 0:
         raise _refused(select.getWindowList(), "a WINDOW clause (OVER)")
     if select.isDistinct():
         raise _refused(select, "SELECT DISTINCT")
-    window = _window(select.getFrom())
-    keys = _group_keys(select)
-    if window.function == "SESSION" and set(window.partition_by) != set(keys):
+    source = select.getFrom()
+    window = None if _kind(source) == "IDENTIFIER" else _window(source)
+    keys = _group_keys(select, windowed=window is not None)
+    if (
+        window is not None
+        and window.function == "SESSION"
+        and set(window.partition_by) != set(keys)
+    ):
         raise _refused(
             select.getGroup(),
             f"a SESSION partitioned by {', '.join(window.partition_by)} grouped by "
             f"{', '.join(keys)}",
             "the GROUP BY keys must be the PARTITION BY columns",
         )
+    window_columns = ("window_start", "window_end") if window is not None else ()
     aggregates = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER":
             name = _name(item)
-            if name not in (*keys, "window_start", "window_end"):
+            if name not in (*keys, *window_columns):
                 raise _refused(item, f"the column {name}", "not a GROUP BY key")
             continue
         aggregates.append(_aggregate(item))
     if not aggregates:
         raise _refused(select, "a SELECT without aggregates")
-    return WindowedInsert(
+    return AggregatingInsert(
         target=_table_name(statement.getTargetTable()),
-        source=window.source,
-        window=window.function,
-        time_column=window.time_column,
-        size_ms=window.size_ms,
-        slide_ms=window.slide_ms,
+        source=window.source if window is not None else _table_name(source),
+        window=window.function if window is not None else None,
+        time_column=window.time_column if window is not None else None,
+        size_ms=window.size_ms if window is not None else None,
+        slide_ms=window.slide_ms if window is not None else None,
         keys=keys,
         aggregates=tuple(aggregates),
         at=position(statement.getTargetTable()),
@@ -315,7 +331,8 @@ def _window(source: Any) -> _WindowCall:
         raise _refused(
             source,
             f"the source {_first_words(source)}",
-            "a TUMBLE, HOP, CUMULATE or SESSION window table-valued function is mapped",
+            "a table, or a TUMBLE, HOP, CUMULATE or SESSION window table-valued function, "
+            "is mapped",
         )
     call = source.getOperandList()[0]
     function = str(call.getOperator().getName()).upper()
@@ -364,8 +381,9 @@ def _partitioned(table: Any, function: str) -> tuple[Any, tuple[str, ...]]:
     return inner, tuple(_name(c) for c in partition)
 
 
-def _group_keys(select: Any) -> tuple[str, ...]:
-    """The ``GROUP BY`` columns other than ``window_start, window_end``, both required."""
+def _group_keys(select: Any, windowed: bool) -> tuple[str, ...]:
+    """The ``GROUP BY`` columns other than ``window_start, window_end``: both required over a
+    window, neither without."""
     group = select.getGroup()
     if group is None:
         raise _refused(select, "an aggregation without GROUP BY")
@@ -374,9 +392,14 @@ def _group_keys(select: Any) -> tuple[str, ...]:
         if _kind(item) != "IDENTIFIER":
             raise _refused(item, f"GROUP BY {item.toString()}", "plain columns are mapped")
         names.append(_name(item))
-    if "window_start" not in names or "window_end" not in names:
+        if not windowed and names[-1] in ("window_start", "window_end"):
+            raise _refused(item, f"GROUP BY {names[-1]} without a window")
+    window_columns = {"window_start", "window_end"} & set(names)
+    if windowed and len(window_columns) < 2:
         raise _refused(
-            group, "a GROUP BY without window_start and window_end", "an unbounded aggregation"
+            group,
+            "a GROUP BY without window_start and window_end over a window",
+            "a window aggregation groups by both",
         )
     keys = tuple(n for n in names if n not in ("window_start", "window_end"))
     if not keys:

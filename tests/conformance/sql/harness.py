@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import backfill
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.records import ArchivedTopic
+from feast_stream_backfill.triggers import PerRecordTrigger
 from tests.conformance.harness import build_in
 from tests.conftest import dropped_per_start
 from tests.reference_simulator import Job, Record, processing_times, simulate, windows_of
@@ -38,8 +39,11 @@ SOURCES = sorted((HERE / "src").glob("*.java"))
 RESOURCES = HERE / "resources"
 #: The Kafka table every generated script reads, and its topic.
 TABLE = "events"
-#: Flink's output has no firing kind: a window TVF aggregation fires each window once, on time.
-ON_TIME = "on_time"
+#: Flink's output has no firing kind: a window TVF aggregation fires each window once, on time;
+#: an unbounded aggregation updates its key with each record.
+ON_TIME, PER_RECORD = "on_time", "per_record"
+#: The RowKinds an upsert sink writes (an UPDATE_BEFORE only retracts what the next replaces).
+WRITTEN = ("+I", "+U")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class SqlJob:
     idle: bool  # an idle timeout is set
     cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
     session: bool = False  # SESSION with a gap of ``size``, partitioned by the keys
+    ttl: int = 0  # > 0: an unbounded GROUP BY with this state TTL (ms), no window
+
+    @property
+    def unbounded(self) -> bool:
+        return self.ttl > 0
 
     @property
     def aggregates(self) -> tuple[str, ...]:
@@ -66,13 +75,18 @@ class SqlJob:
 
     @property
     def window(self) -> str:
+        if self.unbounded:
+            return "GROUP BY"
         if self.session:
             return "SESSION"
         return "CUMULATE" if self.cumulate else "HOP" if self.slide else "TUMBLE"
 
     @property
     def model(self) -> Job:
-        """The windows of the simulator's job."""
+        """The windows of the simulator's job (an unbounded aggregation's state: a
+        processing-time session of gap TTL, fired by each record)."""
+        if self.unbounded:
+            return Job(size=1, gap=self.ttl, domain="processing", trigger="per_record")
         if self.session:
             return Job(size=1, gap=self.size)
         if self.cumulate:
@@ -138,8 +152,8 @@ def _parse(text: str) -> SqlRun:
             run.columns = f
         elif kind == "rec":
             run.records.append((int(f[1]), int(f[2])))
-        elif kind == "fire":
-            run.fired.append((f[0], int(f[1]), int(f[2]), *f[3:]))
+        elif kind == "fire" and f[3] in WRITTEN:
+            run.fired.append((f[0], int(f[1]), int(f[2]), *f[4:]))
     return run
 
 
@@ -155,19 +169,27 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     W``, ``TimeWindowUtil.isWindowFired``) when it came; and where the two disagree (the
     counter's record with a window not yet fired, or the reverse). A session's record is
     dropped in its own window ``[et, et + gap)``, as the simulator counts it, when the counter
-    counted it: whether it was late depends on the sessions it would have merged with."""
+    counted it: whether it was late depends on the sessions it would have merged with. An
+    unbounded aggregation's rows have no window: ``start`` and ``end`` are None (as
+    :func:`windowless` makes the plugin's)."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
     for _cause, time, _wm, *row in run.fired:
         key = "|".join(row[:n_keys])
-        start, end = int(row[n_keys]), int(row[n_keys + 1])
-        values = tuple(_number(v) for v in row[n_keys + 2 :])
-        emissions.append((key, start, end, time, sequence[(key, time)], ON_TIME, *values))
+        if job.unbounded:
+            start, end, firing, values_at = None, None, PER_RECORD, n_keys
+        else:
+            start, end, firing = int(row[n_keys]), int(row[n_keys + 1]), ON_TIME
+            values_at = n_keys + 2
+        values = tuple(_number(v) for v in row[values_at:])
+        emissions.append((key, start, end, time, sequence[(key, time)], firing, *values))
         sequence[(key, time)] += 1
     dropped: dict[tuple, int] = defaultdict(int)
     odd = []
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
+        if job.unbounded:
+            continue  # nothing is late for a group aggregation (lateDropped is 0)
         if job.session:
             if counted:
                 dropped[(r.key, r.et)] += 1
@@ -196,7 +218,8 @@ def archive(spark: SparkSession, job: SqlJob) -> ArchivedTopic:
         for r in job.records
     ]
     df = spark.createDataFrame(rows, f"partition int, offset long, et long, {keys}, amount {value}")
-    return ArchivedTopic(TABLE, dataframe=df.withColumn("ts", F.timestamp_millis("et")).drop("et"))
+    records = df.withColumn("ts", F.timestamp_millis("et")).drop("et")
+    return ArchivedTopic(TABLE, dataframe=records, timestamp_col="ts")
 
 
 def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
@@ -218,7 +241,15 @@ def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tupl
     ]
     dropped = dropped_per_start(result.dropped, key)
     result.release()
-    return emissions, dropped
+    return windowless(emissions, job), dropped
+
+
+def windowless(emissions: list[tuple], job: SqlJob) -> list[tuple]:
+    """An unbounded aggregation's log without the window (the state's life, in the plugin's
+    log: Flink's rows have none); any other job's as it is."""
+    if not job.unbounded:
+        return emissions
+    return [(e[0], None, None, *e[3:]) for e in emissions]
 
 
 def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
@@ -235,6 +266,8 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         slide=getattr(window, "slide_ms", 0),
         step=getattr(window, "step_ms", 0),
         gap=getattr(window, "gap_ms", 0),
+        domain=window.domain,
+        trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
         bound=watermark.out_of_orderness_ms,
         interval=watermark.interval_ms,
         emission=watermark.emission,
@@ -249,11 +282,11 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         "max": lambda count, total, low, high: high,
     }
     log = [(*e[:6], *(values[a.function](*e[6:]) for a in mapped.aggregations)) for e in emissions]
-    return log, dropped
+    return windowless(log, job), dropped
 
 
 def _order(e: tuple) -> tuple:
-    return (e[0], e[3], e[4], e[1])
+    return (e[0], e[3], e[4], e[1] or 0)
 
 
 def compare(flink: tuple[list[tuple], dict], plugin: tuple[list[tuple], dict]) -> list[str]:

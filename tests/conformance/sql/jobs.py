@@ -2,8 +2,9 @@
 hand-written ones.
 
 A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
-TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``. What varies: the window's size
-and slide (or step, or SESSION's gap), the
+TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``, or an unbounded ``GROUP BY`` with
+a state TTL (its table with or without a WATERMARK). What varies: the window's size
+and slide (or step, or SESSION's gap, or the TTL), the
 watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
 MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
 Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
@@ -56,11 +57,14 @@ def script(
     set_idle: int | None = None,
     cumulate: bool = False,
     session: bool = False,
+    ttl: int = 0,
+    watermark: bool = True,
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
     with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
-    partitioned by the keys)."""
-    sets = []
+    partitioned by the keys; ``ttl`` > 0: an unbounded GROUP BY with that state TTL, the
+    table's WATERMARK only with ``watermark``)."""
+    sets = [f"SET 'table.exec.state.ttl' = '{ttl} ms';"] if ttl else []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
     if set_idle is not None:
@@ -82,20 +86,19 @@ def script(
     )
     selected = ", ".join(f"{AGGREGATES[f]} AS a{i}" for i, f in enumerate(functions))
     group = ", ".join(keys)
-    return "\n".join(
-        [
-            *sets,
-            f"CREATE TABLE {TABLE} (",
-            f"  {columns}, amount {value_type}, ts TIMESTAMP(3),",
-            f"  WATERMARK FOR ts AS ts - {_interval(bound)}",
-            f") WITH ({', '.join(options)});",
-            "INSERT INTO windowed",
-            f"SELECT {group}, window_start, window_end, {selected}",
-            f"FROM TABLE({window})",
-            f"GROUP BY {group}, window_start, window_end;",
-            "",
-        ]
-    )
+    table = [
+        f"CREATE TABLE {TABLE} (",
+        f"  {columns}, amount {value_type}, ts TIMESTAMP(3)"
+        + (f",\n  WATERMARK FOR ts AS ts - {_interval(bound)}" if watermark else ""),
+        f") WITH ({', '.join(options)});",
+    ]
+    if ttl:
+        query = ["INSERT INTO totals", f"SELECT {group}, {selected}", f"FROM {TABLE}"]
+        query.append(f"GROUP BY {group};")
+    else:
+        query = ["INSERT INTO windowed", f"SELECT {group}, window_start, window_end, {selected}"]
+        query += [f"FROM TABLE({window})", f"GROUP BY {group}, window_start, window_end;"]
+    return "\n".join([*sets, *table, *query, ""])
 
 
 def _archive(
@@ -134,11 +137,12 @@ def generated(n: int, seed: int) -> list[SqlJob]:
     for i in range(n):
         unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
         base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
-        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION"])
+        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY"])
         slide = rng.choice([5, 10, 20]) * unit if kind in ("HOP", "CUMULATE") else 0
         size = slide * rng.randint(2, 4) if slide else rng.choice([10, 20, 30, 50]) * unit
         if kind == "SESSION":
             size = rng.choice([5, 10, 20, 40]) * unit  # the gap
+        ttl = rng.choice([5, 10, 20, 40, 100]) * unit if kind == "GROUP BY" else 0
         bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
         emission = rng.choice(["periodic", "on-event"])
         emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
@@ -170,6 +174,8 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             set_idle=set_idle,
             cumulate=kind == "CUMULATE",
             session=kind == "SESSION",
+            ttl=ttl,
+            watermark=not ttl or rng.random() < 0.5,
         )
         jobs.append(
             SqlJob(
@@ -185,6 +191,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 idle=idle,
                 cumulate=kind == "CUMULATE",
                 session=kind == "SESSION",
+                ttl=ttl,
             )
         )
     return jobs
@@ -285,5 +292,25 @@ CUMULATE_ON_EVENT = SqlJob(
 )
 
 
+#: An unbounded GROUP BY with a state TTL of 10 ms over two partitions (processing time: the
+#: partition's highest event time so far). a's state, last written at pt 4, has expired at
+#: pt 14 (4 + 10 <= 14): afresh. b's et 11, read 1 ms before b's expiry (2 + 10), joins; its
+#: et 3, read at pt 11 too, changes nothing and is written all the same, as is a's et 23.
+UNBOUNDED_TTL = SqlJob(
+    name="group_by_ttl",
+    script=script(("user_id",), "DOUBLE", 0, 0, 1, ["SUM", "MAX"], ttl=10, watermark=False),
+    records=_rows(0, [(0, "a", 1.0), (4, "a", 2.0), (14, "a", 8.0), (23, "a", 0.0)])
+    + _rows(1, [(2, "b", 4.0), (11, "b", 16.0), (3, "b", 0.0)]),
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=0,
+    slide=0,
+    functions=("SUM", "MAX"),
+    emission="periodic",
+    idle=False,
+    ttl=10,
+)
+
+
 def hand_written() -> list[SqlJob]:
-    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT]
+    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT, UNBOUNDED_TTL]

@@ -58,6 +58,8 @@ import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.factories.DynamicTableSourceFactory;
 import org.apache.flink.table.operations.ModifyOperation;
 import org.apache.flink.table.operations.Operation;
+import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
+import org.apache.flink.table.runtime.operators.aggregate.GroupAggFunction;
 import org.apache.flink.table.runtime.operators.window.tvf.common.WindowAggOperator;
 import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
 import org.apache.flink.table.types.DataType;
@@ -66,8 +68,8 @@ import org.apache.flink.table.types.logical.RowType;
 import org.apache.flink.util.clock.ManualClock;
 
 /**
- * Runs a Flink SQL script's windowed INSERT through the operators Flink's own planner builds
- * for it, deterministically.
+ * Runs a Flink SQL script's aggregating INSERT (a window aggregation, or an unbounded GROUP BY)
+ * through the operators Flink's own planner builds for it, deterministically.
  *
  * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; the
  * Kafka table is read by a test connector that, like Kafka's, implements
@@ -78,16 +80,18 @@ import org.apache.flink.util.clock.ManualClock;
  * the multiplexer, periodic emission on a processing-time service, idleness), then a one-channel
  * {@link StatusWatermarkValve}, then every one-input operator of the translated graph between
  * source and sink (the window aggregation and whatever the planner puts around it) in Flink's
- * operator test harnesses, keyed with the transformation's own key selector where it has one. Ours: the loop feeding records in the given
- * (processing time) order with the periodic ticks at multiples of the interval, and the log of
- * what reaches the sink, attributed to its cause.
+ * operator test harnesses, keyed with the transformation's own key selector where it has one.
+ * Ours: the loop feeding records in the given (processing time) order with the periodic ticks at
+ * multiples of the interval, the state TTL's processing time set to each record's, and the log
+ * of what reaches the sink, attributed to its cause.
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
  * {@code r partition offset pt field1 field2 ...} (the table's physical columns, in order;
  * a TIMESTAMP as epoch ms). The output: {@code columns name ...}, then {@code rec i W dropped}
  * per record (the window operator's watermark before it, and whether its late-records counter
- * counted it) and {@code fire cause time W field1 ...} per row reaching the sink ({@code cause}:
- * {@code r<i>}, the watermark record i emitted, or {@code t}, a periodic tick).
+ * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
+ * cause}: {@code r<i>}, record i or the watermark it emitted, or {@code t}, a periodic tick;
+ * {@code kind}: the row's RowKind, +I, -U, +U or -D).
  */
 public final class FlinkSqlReplay {
 
@@ -171,7 +175,7 @@ public final class FlinkSqlReplay {
     private final List<OneInputStreamOperatorTestHarness<RowData, RowData>> stages = new ArrayList<>();
     private final PrintWriter out;
     private long interval;
-    private int windowStage = -1;
+    private int windowStage = -1; // the window or group aggregation
     private long windowWatermark = Long.MIN_VALUE;
     private List<RowData.FieldGetter> getters;
     private List<LogicalType> outputTypes;
@@ -224,9 +228,6 @@ public final class FlinkSqlReplay {
         if (translated.size() != 1) {
             throw new IllegalStateException("expected one sink, got " + translated);
         }
-        if (pushed == null) {
-            throw new IllegalStateException("the planner pushed no watermark strategy into the source");
-        }
         interval = tEnv.getConfig().get(PipelineOptions.AUTO_WATERMARK_INTERVAL).toMillis();
         buildStages(translated.get(0));
     }
@@ -258,13 +259,15 @@ public final class FlinkSqlReplay {
                     : new OneInputStreamOperatorTestHarness<>(one.getOperatorFactory(), 1, 1, 0);
             harness.setup(one.getOutputType().createSerializer(config));
             harness.open();
-            if (harness.getOperator() instanceof WindowAggOperator<?, ?>) {
+            if (harness.getOperator() instanceof WindowAggOperator<?, ?>
+                    || harness.getOperator() instanceof KeyedProcessOperator<?, ?, ?> p
+                            && p.getUserFunction() instanceof GroupAggFunction) {
                 windowStage = stages.size();
             }
             stages.add(harness);
         }
         if (windowStage < 0) {
-            throw new IllegalStateException("no window aggregation among " + chain);
+            throw new IllegalStateException("no window or group aggregation among " + chain);
         }
         RowType output = (RowType) ((InternalTypeInfo<RowData>) chain.get(chain.size() - 1).getOutputType()).toLogicalType();
         outputTypes = output.getChildren();
@@ -275,7 +278,9 @@ public final class FlinkSqlReplay {
     }
 
     private long lateDropped() {
-        return ((WindowAggOperator<?, ?>) stages.get(windowStage).getOperator()).getNumLateRecordsDropped().getCount();
+        return stages.get(windowStage).getOperator() instanceof WindowAggOperator<?, ?> w
+                ? w.getNumLateRecordsDropped().getCount()
+                : 0; // a group aggregation drops nothing
     }
 
     /** Push one element into stage {@code i} and everything it emits down the chain. */
@@ -399,7 +404,8 @@ public final class FlinkSqlReplay {
 
     private void drain(String cause, long time) {
         for (RowData row : fired) {
-            out.println("fire " + cause + " " + time + " " + windowWatermark + render(row));
+            out.println("fire " + cause + " " + time + " " + windowWatermark + " "
+                    + row.getRowKind().shortString() + render(row));
         }
         fired.clear();
     }
@@ -447,7 +453,7 @@ public final class FlinkSqlReplay {
         clock.advanceTime(Duration.ofMillis(now));
         ProgressiveTimestampsAndWatermarks<RowData> source = new ProgressiveTimestampsAndWatermarks<>(
                 (row, previous) -> previous, // Kafka's record timestamp; SQL windows read the row's column
-                pushed,
+                pushed != null ? pushed : WatermarkStrategy.noWatermarks(), // no WATERMARK clause
                 new TimestampsAndWatermarks.TimestampsAndWatermarksContextProvider(new UnregisteredMetricsGroup()),
                 sourceTime,
                 Duration.ofMillis(interval),
@@ -475,6 +481,9 @@ public final class FlinkSqlReplay {
             }
             clock.advanceTime(Duration.ofMillis(pt - now));
             now = pt;
+            for (OneInputStreamOperatorTestHarness<RowData, RowData> s : stages) {
+                s.setStateTtlProcessingTime(pt); // table.exec.state.ttl is processing time
+            }
             long before = windowWatermark;
             long dropped = lateDropped();
             splits.get(meta.get(i)[0]).collect(rows.get(i), pt);
