@@ -69,7 +69,8 @@ def best_of(repeat: int, run, *args) -> tuple[float, dict[str, float]]:
 def floor(spark, path: str, kind: str = "tumbling") -> None:
     """The floor (``kind`` tumbling), or the same plain-Spark shape for ``kind``'s
     windows: sliding windows expanded by Spark's ``window``, sessions by ``session_window``,
-    processing-time windows over ``pt``, per-record firings as a running aggregate."""
+    processing-time windows over ``pt``, per-record firings as a running aggregate (an
+    unbounded aggregation's per key, its TTL left out: less than the job must do)."""
     records = spark.read.format("delta").load(path)
     by_offset = (
         Window.partitionBy("partition")
@@ -84,7 +85,10 @@ def floor(spark, path: str, kind: str = "tumbling") -> None:
         "session gap 5m": F.session_window("event_time", "5 minutes"),
         "session+lateness": F.session_window("event_time", "5 minutes"),
     }.get(kind, F.window("event_time", "5 minutes"))
-    if kind == "per-record":
+    if kind == "unbounded ttl 30m":
+        so_far = Window.partitionBy("user_id").orderBy("pt", "partition", "offset")
+        aggregated = timed_records.select("user_id", "pt", *[v.over(so_far) for v in values])
+    elif kind == "per-record":
         so_far = Window.partitionBy("user_id", "window").orderBy("pt", "partition", "offset")
         aggregated = timed_records.withColumn("window", window).select(
             "user_id", "window", "pt", *[v.over(so_far) for v in values]
@@ -111,6 +115,11 @@ KINDS = {
     "session+lateness": {
         "window": SessionWindows(5 * MINUTE),
         "trigger": EventTimeTrigger(allowed_lateness_ms=5 * MINUTE),
+    },
+    # Flink SQL's GROUP BY user_id with 'table.exec.state.ttl' = '30 min' (job_from_sql)
+    "unbounded ttl 30m": {
+        "window": SessionWindows(30 * MINUTE, domain="processing"),
+        "trigger": PerRecordTrigger(),
     },
 }
 

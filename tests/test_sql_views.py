@@ -51,7 +51,7 @@ def t(hms: str) -> datetime:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, spark, redis_server, monkeypatch_module):
     path = tmp_path_factory.mktemp("sql_repo")
-    for name in ("feature_store.yaml", "features.py", "user_spend.sql"):
+    for name in ("feature_store.yaml", "features.py", "user_spend.sql", "user_totals.sql"):
         shutil.copy(REPO / name, path / name)
     rows = [(p, o, f"2026-01-01 {hms}", u, a) for p, o, hms, u, a in ARCHIVE]
     spark.createDataFrame(
@@ -113,6 +113,55 @@ def test_materialize_and_training_equal_the_feast_declared_job(repo, spark):
     pd.testing.assert_frame_equal(frames["spend_sql"], frames["spend_feast"])
     spend = [None if pd.isna(v) else v for v in frames["spend_sql"]["spend_5m"]]
     assert spend == [None, 35.0, 3.0, 4.0]
+
+
+def test_an_unbounded_group_by_equals_its_feast_declared_processing_time_sessions(repo, spark):
+    """user_totals.sql: every record updates its user's totals at its processing time (its
+    partition's highest event time so far); a state expires 5 min after its last update.
+    u1: 10:00:10 $10, 10:01:00 $30, 10:04:59 $35, p1's 10:05:05 $39, then 10:10:30, past
+    10:05:05 + 5 min: afresh, $1. u2: 10:02:00 $3, 10:05:04.999 $10, 10:10:10 (past
+    10:10:04.999): afresh, $2."""
+    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+    logs = {
+        view: sorted(
+            tuple(r)
+            for r in spark.read.format("delta")
+            .load(str(repo / f"data/emission_log/sql_payments/{view}"))
+            .select("user_id", "emit_time", "total_spend", "total_transactions")
+            .collect()
+        )
+        for view in ("totals_sql", "totals_feast")
+    }
+    assert logs["totals_sql"] == logs["totals_feast"]
+    assert [(u, e.strftime("%H:%M:%S.%f")[:-3], *v) for u, e, *v in logs["totals_sql"]] == [
+        ("u1", "10:00:10.000", 10.0, 1),
+        ("u1", "10:01:00.000", 30.0, 2),
+        ("u1", "10:04:59.000", 35.0, 3),
+        ("u1", "10:05:05.000", 39.0, 4),
+        ("u1", "10:10:30.000", 1.0, 1),
+        ("u2", "10:02:00.000", 3.0, 1),
+        ("u2", "10:05:04.999", 10.0, 2),
+        ("u2", "10:10:10.000", 2.0, 1),
+    ]
+    store = FeatureStore(repo_path=str(repo))
+    entity_df = pd.DataFrame(
+        {
+            "user_id": ["u1", "u1", "u2", "u1"],
+            "event_timestamp": [t("10:05:04.999"), t("10:05:05"), t("10:07:00"), t("10:10:30")],
+        }
+    )
+    frames = {
+        view: store.get_historical_features(
+            entity_df=entity_df, features=[f"{view}:total_spend"]
+        ).to_df()
+        for view in ("totals_sql", "totals_feast")
+    }
+    pd.testing.assert_frame_equal(frames["totals_sql"], frames["totals_feast"])
+    assert list(frames["totals_sql"]["total_spend"]) == [35.0, 39.0, 10.0, 1.0]
+    online = store.get_online_features(
+        ["totals_sql:total_spend"], [{"user_id": "u1"}, {"user_id": "u2"}]
+    ).to_dict()
+    assert online["total_spend"] == [1.0, 2.0]
 
 
 def test_the_cli_backfills_the_script_and_the_view_alike(repo, spark, tmp_path):

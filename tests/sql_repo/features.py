@@ -1,7 +1,9 @@
-"""One job declared twice: by the team's Flink SQL script (user_spend.sql) and by Feast objects.
+"""Two jobs, each declared twice: by the team's Flink SQL script and by Feast objects.
 
-SQL's watermark is ``event_time - 5 s`` per record, where the DataStream job the Feast objects
-declare has ``max(event_time) - B - 1 ms``: the Feast view's B is 4.999 s.
+user_spend.sql, 5-minute windows: SQL's watermark is ``event_time - 5 s`` per record, where the
+DataStream job the Feast objects declare has ``max(event_time) - B - 1 ms``: the Feast view's B
+is 4.999 s. user_totals.sql, an unbounded GROUP BY with a 5-minute state TTL: a
+processing-time session of gap 5 minutes, fired by every record.
 """
 
 from datetime import timedelta
@@ -71,4 +73,35 @@ spend_feast = StreamFeatureView(
     ],
     timestamp_field="event_time",
     tags=backfill_tags(watermark_interval=timedelta(milliseconds=200)),
+)
+
+TOTALS = [
+    Field(name="user_id", dtype=String),
+    Field(name="total_spend", dtype=Float64),
+    Field(name="total_transactions", dtype=Int64),
+]
+TTL = timedelta(minutes=5)
+
+totals_sql = StreamFeatureView(
+    name="totals_sql",
+    source=transactions(None),
+    entities=[user],
+    ttl=timedelta(hours=1),
+    schema=TOTALS,
+    timestamp_field="event_time",
+    tags=sql_tags("user_totals.sql"),
+)
+
+totals_feast = StreamFeatureView(
+    name="totals_feast",
+    source=transactions(timedelta(milliseconds=4_999)),
+    entities=[user],
+    ttl=timedelta(hours=1),
+    schema=TOTALS,
+    aggregations=[
+        Aggregation(column="amount", function="sum", name="total_spend"),
+        Aggregation(column="amount", function="count", name="total_transactions"),
+    ],
+    timestamp_field="event_time",
+    tags=backfill_tags(window_domain="processing", trigger="per_record", session_gap=TTL),
 )
