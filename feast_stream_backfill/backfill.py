@@ -28,7 +28,8 @@ class Backfill:
     ``duplicates_removed`` + the ``records_<status>`` counts (on_time, late, per_record,
     dropped, pending), which count (record, window) pairs: with sliding windows a record
     counts once per window it belongs to; with lookups, + ``records_without_state`` (records
-    an inner lookup removed); with ``null_keys="drop"``, + ``records_null_key``.
+    an inner lookup removed); with ``null_keys="drop"``, + ``records_null_key``; with
+    ``where``, + ``records_filtered``.
     ``long_sums`` describes the sums of integer columns, which can overflow a long. ``plan``:
     the strategies that accepted the job and why (:func:`planner.plan`); ``ran``: the one
     whose result this is (where a faster one declined the archive, ``stats`` has

@@ -13,7 +13,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType
 
 from feast_stream_backfill.aggregations import LONG_OVERFLOW, Aggregation
-from feast_stream_backfill.enrichment import Lookup, enrichment_inputs, enrichment_outputs
+from feast_stream_backfill.enrichment import (
+    Lookup,
+    enrichment_inputs,
+    enrichment_outputs,
+    expression_columns,
+)
 from feast_stream_backfill.errors import BadArchiveError
 from feast_stream_backfill.processing_time import ProcessingTimeModel
 from feast_stream_backfill.records import ArchivedTopic
@@ -38,6 +43,9 @@ class StreamJob:
     on a record whose key is null, so the backfill refuses such an archive ("refuse"); "drop"
     leaves those records out as a ``filter`` before ``keyBy`` would, after the source: they
     still take processing time and move the watermark (``stats["records_null_key"]``).
+    ``where``: a Spark SQL predicate over archive columns (a ``filter`` before ``keyBy``, Flink
+    SQL's ``WHERE``): a record for which it is not true is left out the same way
+    (``stats["records_filtered"]``), before its key is looked at.
     """
 
     topics: Sequence[ArchivedTopic]
@@ -53,6 +61,7 @@ class StreamJob:
     lookups: Sequence[Lookup] = ()
     derived: Mapping[str, str] = field(default_factory=dict)
     null_keys: Literal["refuse", "drop"] = "refuse"
+    where: str | None = None
 
     def __post_init__(self) -> None:
         if self.null_keys not in ("refuse", "drop"):
@@ -79,6 +88,11 @@ class StreamJob:
         added = enrichment_outputs(self.lookups, self.derived)
         if len(set(added)) != len(added):
             raise ValueError(f"enriched and derived column names must be unique, got {added}")
+        if self.where is not None and set(expression_columns(self.where)) & set(added):
+            raise ValueError(
+                f"where={self.where!r} reads enriched or derived columns {sorted(added)}: it "
+                "filters the records as read, before enrichment"
+            )
 
     @property
     def features(self) -> list[str]:
@@ -102,6 +116,7 @@ class StreamJob:
         the columns enrichment adds."""
         read = [*self.keys, *(a.column for a in self.aggregations)]
         read += enrichment_inputs(self.lookups, self.derived)
+        read += expression_columns(self.where) if self.where is not None else []
         added = set(enrichment_outputs(self.lookups, self.derived))
         return [c for c in dict.fromkeys(read) if c not in added]
 
@@ -109,6 +124,12 @@ class StreamJob:
     def archive_keys(self) -> list[str]:
         """The key columns read from the archive (not added by enrichment)."""
         return [k for k in self.keys if k in self.payload_columns]
+
+    def filtered_out(self) -> Column:
+        """True for a record ``where`` does not hold for (false or null, as SQL's WHERE)."""
+        if self.where is None:
+            return F.lit(False)
+        return ~F.coalesce(F.expr(self.where), F.lit(False))
 
     def null_key(self) -> Column:
         """True for a record whose archived key has a null column."""

@@ -77,7 +77,10 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
             F.count(F.lit(1)).alias("records_read"),
             F.sum(F.col(DUPLICATE).cast("long")).alias("duplicates_removed"),
             F.sum(F.col(CONFLICT).cast("long")).alias("conflicts"),
-            F.count_if(~F.col(DUPLICATE) & job.null_key()).alias("records_null_key"),
+            F.count_if(~F.col(DUPLICATE) & job.filtered_out()).alias("records_filtered"),
+            F.count_if(~F.col(DUPLICATE) & ~job.filtered_out() & job.null_key()).alias(
+                "records_null_key"
+            ),
         ).first()
     try:
         for checks in read:
@@ -92,6 +95,7 @@ def timed_records(spark: SparkSession, job: StreamJob) -> tuple[DataFrame, dict[
         raise conflicting_copies(example[TOPIC], n, example[PARTITION], example[OFFSET])
     names = ["records_read", "duplicates_removed"]
     names += ["records_null_key"] if job.null_keys == "drop" else []
+    names += ["records_filtered"] if job.where is not None else []
     return timed, {name: counts[name] for name in names}
 
 
@@ -101,9 +105,11 @@ def distinct_records(timed: DataFrame) -> DataFrame:
 
 
 def keyed_records(job: StreamJob, distinct: DataFrame) -> DataFrame:
-    """The records that reach ``keyBy``: all of them, or, with ``null_keys="drop"``, those
-    whose key has no null (the others were refused when the job does not drop them)."""
-    return distinct if job.null_keys == "refuse" else distinct.where(~job.null_key())
+    """The records that reach ``keyBy``: those ``where`` holds for (all without one), less,
+    with ``null_keys="drop"``, those whose key has a null (the others were refused when the
+    job does not drop them)."""
+    kept = distinct if job.where is None else distinct.where(~job.filtered_out())
+    return kept if job.null_keys == "refuse" else kept.where(~job.null_key())
 
 
 def refuse_problems(read: Sequence[RecordChecks], kept: Sequence[DataFrame]) -> None:
@@ -139,7 +145,7 @@ class WindowInput:
         if not any(lookup.how == "inner" for lookup in job.lookups):
             return 0
         keyed = self.counts["records_read"] - self.counts["duplicates_removed"]
-        keyed -= self.counts.get("records_null_key", 0)
+        keyed -= self.counts.get("records_null_key", 0) + self.counts.get("records_filtered", 0)
         return keyed - self.windowed.count()
 
 

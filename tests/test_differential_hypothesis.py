@@ -1,5 +1,6 @@
 """The Spark backfill against the reference simulator on archives and jobs hypothesis draws:
-every kind of job, session jobs (the merging strategy's) and cumulative ones, each case
+every kind of job, session jobs (the merging strategy's), cumulative ones and jobs with a
+record filter, each case
 compared in full by :func:`tests.test_differential.check`. The drawing and the profiles
 (``ci``: 4 derandomized examples per test besides the ``@example``s; ``long``) are
 tests/test_differential.py's; the tests are in a file of their own so that a second test
@@ -8,14 +9,16 @@ process can run them alongside the table's and the hand-picked cases.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from feast_stream_backfill.planner import plan
-from tests.reference_simulator import Record
+from feast_stream_backfill.planner import eligible, plan
+from tests.reference_simulator import Record, simulate
 from tests.test_differential import (
+    CHECKED,
     CUMULATIVE_JOB,
     CUMULATIVE_RECORDS,
     IDLE_SESSION_JOB,
@@ -26,10 +29,14 @@ from tests.test_differential import (
     SESSION_REPRODUCTION,
     archives,
     check,
+    expected_stats,
     jobs,
     modelled,
+    normalized,
     shifted,
+    spark_backfill_with_stats,
     stream_job,
+    with_mean_and_count,
 )
 
 
@@ -87,3 +94,36 @@ def test_cumulative_backfill_equals_reference_simulator(spark, records, job, bas
     other options allow) equal the simulator."""
     assume(records)
     check(spark, shifted(records, base), modelled(job, records))
+
+
+@given(
+    records=archives(),
+    job=jobs,
+    base=st.sampled_from([0, REALISTIC]),
+    threshold=st.sampled_from([2, 5, 8]),
+)
+def test_a_record_filter_equals_the_simulator_of_those_records_without_keys(
+    spark, records, job, base, threshold
+):
+    """``where="amount > t"`` by every strategy that accepts it equals the simulator given the
+    records it does not hold for without a key (a filter before ``keyBy``: its source's
+    watermark sees such a record, no window does). A NaN amount is above every number in
+    Spark SQL: it stays."""
+    assume(records)
+    records, job = shifted(records, base), modelled(job, records)
+    where = f"amount > {threshold}"
+    kept = [
+        r if math.isnan(r.value) or r.value > threshold else replace(r, key=None) for r in records
+    ]
+    counts: dict[str, int] = {}
+    emissions, dropped = simulate(kept, job, counts)
+    filtered = len({(r.topic, r.partition, r.offset) for r in kept if r.key is None})
+    expected = {**expected_stats(records, counts), "records_filtered": filtered}
+    for strategy in eligible(stream_job(spark, records, job, where=where)):
+        actual, actual_dropped, stats = spark_backfill_with_stats(
+            spark, records, job, strategy=strategy.name, where=where
+        )
+        assert normalized(actual) == normalized(map(with_mean_and_count, emissions)), strategy
+        assert actual_dropped == dropped, strategy
+        assert {k: stats.get(k) for k in expected} == expected, strategy
+        CHECKED[strategy.name] += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
+from pyspark.sql import functions as F
 
 from feast_stream_backfill import backfill
 from feast_stream_backfill.aggregations import Aggregation
@@ -189,6 +190,20 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "line 6, column 12: the query hint `STATE_TTL`('transactions' = '1d') is not supported",
         ),
         (
+            script().replace("GROUP BY", "WHERE amount / 2 > 1\nGROUP BY"),
+            "line 10, column 7: the expression `amount` / 2 is not supported: Flink divides "
+            "integers as integers, Spark as doubles",
+        ),
+        (
+            script().replace("GROUP BY", "WHERE NOT (amount > 1)\nGROUP BY"),
+            "line 10, column 7: NOT over a floating-point comparison",
+        ),
+        (
+            script().replace("GROUP BY", "WHERE upper(user_id) = 'U1'\nGROUP BY"),
+            "line 10, column 7: the expression UPPER(`user_id`) is not supported: functions are "
+            "not mapped",
+        ),
+        (
             script(options=", 'scan.watermark.alignment.group' = 'g'"),
             "line 6, column 50: the option 'scan.watermark.alignment.group' is not supported",
         ),
@@ -213,6 +228,9 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "unbounded-without-ttl",
         "unbounded-window-column",
         "hint",
+        "where-divide",
+        "where-not-floating",
+        "where-function",
         "alignment",
         "bound-0",
         "avg-bigint",
@@ -276,3 +294,45 @@ def test_an_unbounded_aggregation_updates_every_record_until_its_state_expires(s
         for r in log
         if r["user_id"] == "u1"
     ][-1] == ("10:14", "10:35")
+
+
+def test_a_where_filters_records_that_still_move_the_watermark(spark):
+    """``WHERE amount > 1 AND user_id <> 'u3'`` leaves u1's $1 at 10:00:10 out of [10:00,
+    10:05): it holds $2 alone. The windows fire when they did without the filter (u2's 10:05:10
+    record moves the watermark); Flink compares doubles as Java does, so the predicate is
+    guarded against NaN in Spark."""
+    where = "WHERE amount > 1 AND user_id <> 'u3'\nGROUP BY"
+    job = job_from_sql(
+        spark, script().replace("GROUP BY", where), {"transactions": archive(spark, IN_ORDER)}
+    )
+    assert job.where == (
+        "((CASE WHEN isnan(`amount`) OR isnan(1) THEN false ELSE (`amount` > 1) END) AND "
+        "(`user_id` <> 'u3'))"
+    )
+    unfiltered = job_from_sql(spark, script(), {"transactions": archive(spark, IN_ORDER)})
+    logs = [
+        backfill(spark, j).emissions.orderBy("user_id", "window_start").collect()
+        for j in (job, unfiltered)
+    ]
+    assert [(r["spend_5m"], r["transactions_5m"]) for r in logs[0]] == [
+        (2.0, 1),
+        (8.0, 1),
+        (4.0, 1),
+    ]
+    assert [r["emit_time"] for r in logs[0]] == [r["emit_time"] for r in logs[1]]
+    assert logs[1][0]["spend_5m"] == 3.0
+
+
+def test_min_or_max_over_an_archive_with_nan_is_refused(spark):
+    """Flink SQL's MAX keeps a NaN that comes first and skips a later one; the plugin's makes
+    any NaN the result: refused, naming the first NaN."""
+    rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:03:00", "u1", float("nan"))]
+    records = spark.createDataFrame(
+        [(p, o, ts, u, a) for p, o, ts, u, a in rows],
+        "partition int, offset long, ts string, user_id string, amount double",
+    ).withColumn("ts", F.to_timestamp("ts"))
+    topic = ArchivedTopic("transactions", dataframe=records, timestamp_col="ts")
+    maximum = script().replace("SUM(amount) AS spend_5m", "MAX(amount) AS spend_5m")
+    with pytest.raises(UnsupportedSqlError, match=r"partition 0 offset 2 has a NaN in amount"):
+        job_from_sql(spark, maximum, {"transactions": topic})
+    job_from_sql(spark, script(), {"transactions": topic})  # SUM of a NaN: NaN in both

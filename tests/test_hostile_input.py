@@ -133,6 +133,55 @@ def test_dropped_null_keys_agree_with_the_simulator(spark, kind):
     assert stats == {**expected_stats(nulled, counts), "records_null_key": null_keys}
 
 
+# --------------------------------------------------------------------------- record filters
+
+#: WITH_NULL_KEYS with the null keys as "b" and a record filter that leaves them out.
+WITH_FILTERED = [(p, o, et, user or "b", amount) for p, o, et, user, amount in WITH_NULL_KEYS]
+
+
+def test_filtered_records_still_move_the_watermark_and_are_counted(spark, make_archive):
+    """``where`` is a ``filter`` before ``keyBy``, as ``null_keys="drop"`` is: the three b
+    records over 50 are left out of their windows, but the source's watermark saw them, so the
+    windows fire at 3400 exactly as in the null-key case above."""
+    topic = ArchivedTopic("payments", dataframe=make_archive(WITH_FILTERED))
+    result = backfill(spark, replace(job_on(topic), where="amount < 50"))
+    emissions = result.emissions.select(
+        "user", ms("window_start"), ms("emit_time"), "emit_sequence", "record_count", "amount_sum"
+    ).collect()
+    assert sorted(tuple(r) for r in emissions) == [
+        ("a", 1000, 3400, 0, 1, 1.0),
+        ("a", 2000, 3400, 1, 1, 2.0),
+    ]
+    assert result.stats["records_filtered"] == 3
+    assert result.stats["records_on_time"] == 2
+    assert result.ran == "aligned-in-order"  # the strategy without a sort takes no filter
+    result.release()
+
+
+@pytest.mark.parametrize("kind", ["sliding", "session"])
+def test_filtered_records_agree_with_the_simulator(spark, kind):
+    """A filtered record is the simulator's record without a key. ``amount > 4`` in Spark SQL:
+    a NaN amount is above every number there, so it stays."""
+    records, job = _base_zero_case(kind)
+    kept = [r if r.value != r.value or r.value > 4 else replace(r, key=None) for r in records]
+    counts: dict[str, int] = {}
+    emissions, dropped = simulate(kept, job, counts)
+    actual, actual_dropped, stats = spark_backfill_with_stats(
+        spark, records, job, where="amount > 4"
+    )
+    assert normalized(actual) == normalized(map(with_mean_and_count, emissions))
+    assert actual_dropped == dropped
+    filtered = len({(r.topic, r.partition, r.offset) for r in kept if r.key is None})
+    assert filtered > 0
+    assert stats == {**expected_stats(records, counts), "records_filtered": filtered}
+
+
+def test_a_filter_on_enriched_columns_is_refused():
+    topic = ArchivedTopic("payments", dataframe=None, path="unused")
+    with pytest.raises(ValueError, match=r"reads enriched or derived columns \['fee'\]"):
+        replace(job_on(topic), derived={"fee": "amount * 0.01"}, where="fee > 1")
+
+
 def test_null_keys_option_is_checked():
     topic = ArchivedTopic("payments", dataframe=None, path="unused")
     with pytest.raises(ValueError, match=r"null_keys must be 'refuse' or 'drop', got 'skip'"):

@@ -38,6 +38,9 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
   ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
   an update equal to the previous result; not modelled: refused.
+- ``WHERE`` is a filter after the source, before the aggregation: filtered records still
+  pass the source's watermark generator. ``StreamJob.where``, with the predicate in Spark SQL
+  (:mod:`feast_stream_backfill.flink_sql.expressions`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION
 from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.flink_sql.expressions import FLOATING
 from feast_stream_backfill.flink_sql.reader import (
     AggregatingInsert,
     Column,
@@ -120,12 +124,15 @@ def job_from_sql(
         for a in chosen.aggregates
     ]
     if chosen.unbounded:
+        if spark is not None:
+            _check_no_nan(spark, topic, chosen, table)
         return StreamJob(
             topics=[topic],
             keys=keys,
             window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
+            where=chosen.where,
         )
     if settings.state_ttl is not None:
         raise _refused(
@@ -136,6 +143,8 @@ def job_from_sql(
     watermark = _watermark(settings, table)
     if watermark.emission == "periodic" and spark is not None:
         _check_in_order(spark, topic, table)
+    if spark is not None:
+        _check_no_nan(spark, topic, chosen, table)
     return StreamJob(
         topics=[topic],
         keys=keys,
@@ -143,6 +152,7 @@ def job_from_sql(
         aggregations=aggregations,
         trigger=EventTimeTrigger(),
         watermark=watermark,
+        where=chosen.where,
     )
 
 
@@ -364,6 +374,39 @@ def _check_in_order(spark: SparkSession, topic: ArchivedTopic, table: Table) -> 
             "back in event time, where Flink SQL's periodic watermark (the last record's "
             "ts - B) is not the highest record's: set 'scan.watermark.emit.strategy' = "
             "'on-event', or backfill it as a DataStream job",
+        )
+
+
+def _check_no_nan(
+    spark: SparkSession, topic: ArchivedTopic, insert: AggregatingInsert, table: Table
+) -> None:
+    """Refuse an archive with a NaN in a floating-point column that ``MIN`` or ``MAX`` reads.
+    Flink SQL's ``MIN`` keeps a value only if it is below the current one (``operand <
+    min``), so a NaN that comes first sticks and one that comes later is skipped; the
+    plugin's, as a DataStream job's ``Math.min``, makes any NaN the result."""
+    types = {c.name: c.type for c in table.columns}
+    read = [
+        a
+        for a in insert.aggregates
+        if a.function in ("min", "max") and types.get(a.column or "", "").startswith(FLOATING)
+    ]
+    if not read:
+        return
+    columns = list(dict.fromkeys(a.column for a in read if a.column))
+    records = read_records(spark, topic, columns)
+    nan = F.lit(False)
+    for column in columns:
+        nan = nan | F.isnan(column)
+    found = records.where(nan).orderBy(PARTITION, OFFSET).first()
+    if found is not None:
+        at = read[0].at
+        raise UnsupportedSqlError(
+            f"{read[0].function.upper()}({read[0].column}) over an archive with NaN",
+            at.line,
+            at.column,
+            f"topic {topic.name!r} partition {found[PARTITION]} offset {found[OFFSET]} has a NaN "
+            f"in {', '.join(columns)}: Flink SQL's MIN and MAX keep a NaN that comes first and "
+            "skip one that comes later, which the plugin does not model",
         )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.flink_sql.expressions import spark_predicate
 from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
@@ -96,7 +97,8 @@ class AggregatingInsert:
     """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE|SESSION(...)) GROUP BY
     keys, window_start, window_end``, or ``SELECT ... FROM source GROUP BY keys`` (an
     unbounded aggregation: ``window`` and ``time_column`` None). ``size_ms``: SESSION's gap,
-    the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the others."""
+    the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the others;
+    ``where``: the ``WHERE`` clause as a Spark SQL predicate keeping the same records."""
 
     target: str
     source: str
@@ -107,6 +109,7 @@ class AggregatingInsert:
     keys: tuple[str, ...]
     aggregates: tuple[Aggregate, ...]
     at: Position
+    where: str | None = None
 
     @property
     def unbounded(self) -> bool:
@@ -132,7 +135,7 @@ def read_script(script: str) -> Script:
         elif kind == "SqlCreateTable":
             tables.append(_table(statement))
         elif kind == "RichSqlInsert":
-            inserts.append(_insert(statement))
+            inserts.append(_insert(statement, {t.name: t for t in tables}))
         else:
             raise _refused(statement, f"the statement {_first_words(statement)}")
     return Script(tuple(options), tuple(tables), tuple(inserts))
@@ -241,7 +244,7 @@ def interval_ms(literal: Any) -> int:
     return int(jvm().org.apache.calcite.sql.parser.SqlParserUtil.intervalToMillis(value))
 
 
-def _insert(statement: Any) -> AggregatingInsert:
+def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
     """``INSERT INTO target SELECT keys, window_start, window_end, aggregates FROM
     TABLE(TUMBLE|HOP|...(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
     window_end``, or ``INSERT INTO target SELECT keys, aggregates FROM source GROUP BY keys``,
@@ -254,7 +257,6 @@ def _insert(statement: Any) -> AggregatingInsert:
     if _kind(select) != "SELECT":
         raise _refused(select, f"the query {_first_words(select)}", "one SELECT is mapped")
     for clause, name in (
-        (select.getWhere(), "WHERE"),
         (select.getHaving(), "HAVING"),
         (select.getQualify(), "QUALIFY"),
         (select.getOrderList(), "ORDER BY"),
@@ -262,7 +264,7 @@ def _insert(statement: Any) -> AggregatingInsert:
         (select.getOffset(), "OFFSET"),
     ):
         if clause is not None and not (_class(clause) == "SqlNodeList" and clause.size() == 0):
-            raise _refused(clause, name, "filters are not mapped yet")
+            raise _refused(clause, name, "a WHERE before the aggregation is mapped")
     if select.getHints() is not None and select.getHints().size() > 0:
         hint = select.getHints().get(0)
         raise _refused(hint, f"the query hint {hint.toString()}", "hints are not mapped")
@@ -295,9 +297,15 @@ def _insert(statement: Any) -> AggregatingInsert:
         aggregates.append(_aggregate(item))
     if not aggregates:
         raise _refused(select, "a SELECT without aggregates")
+    source_table = window.source if window is not None else _table_name(source)
+    where = None
+    if select.getWhere() is not None:
+        table = tables.get(source_table)
+        types = {c.name: c.type for c in table.columns} if table is not None else {}
+        where = spark_predicate(select.getWhere(), types)
     return AggregatingInsert(
         target=_table_name(statement.getTargetTable()),
-        source=window.source if window is not None else _table_name(source),
+        source=source_table,
         window=window.function if window is not None else None,
         time_column=window.time_column if window is not None else None,
         size_ms=window.size_ms if window is not None else None,
@@ -305,6 +313,7 @@ def _insert(statement: Any) -> AggregatingInsert:
         keys=keys,
         aggregates=tuple(aggregates),
         at=position(statement.getTargetTable()),
+        where=where,
     )
 
 

@@ -50,7 +50,8 @@ class Windowed:
     ``fired``: every firing (keys, window, fire position, whether a record fired it, the kind
     of firing, ``record_count`` and the features); ``dropped``: late records dropped per key
     and window (``dropped_count``); ``counts``: ``records_read``, ``duplicates_removed`` and,
-    with ``null_keys="drop"``, ``records_null_key``; ``records_without_state``: the records an
+    with ``null_keys="drop"``, ``records_null_key``; with ``where``, ``records_filtered``;
+    ``records_without_state``: the records an
     inner lookup removed (None: no lookups); ``statuses``:
     (record, window) pairs per status; ``shared``: the fire instants at which a key may fire
     twice (None: any); ``long_sums``: the features summing integer columns (a refused

@@ -102,6 +102,7 @@ class AlignedWithoutSort:
             ),
             Condition("no lookups or derived columns", not (job.lookups or job.derived)),
             Condition("records with a null key refused", job.null_keys == "refuse"),
+            Condition("no record filter", job.where is None),
         ]
 
     def run(self, spark: SparkSession, job: StreamJob) -> Windowed:

@@ -40,6 +40,7 @@ def constructs(job: SqlJob) -> list[str]:
     idle = "idle" if job.idle else "not idle"
     return [
         f"{job.window} x {job.emission} x {idle}",
+        *(["WHERE"] if job.where is not None else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
     ]
 

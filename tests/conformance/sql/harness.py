@@ -16,10 +16,12 @@ Flink is fetched by ``mvn`` with ``pom.xml`` into ``lib/`` and the replay compil
 
 from __future__ import annotations
 
+import math
 import subprocess
 import tempfile
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -64,6 +66,17 @@ class SqlJob:
     cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
     session: bool = False  # SESSION with a gap of ``size``, partitioned by the keys
     ttl: int = 0  # > 0: an unbounded GROUP BY with this state TTL (ms), no window
+    #: The script's WHERE, evaluated as Flink does (Java's NaN comparisons): True keeps.
+    where: Callable[[Record], bool] | None = field(default=None, compare=False)
+
+    def kept(self, record: Record) -> bool:
+        return self.where is None or self.where(record)
+
+    @property
+    def keyed_records(self) -> list[Record]:
+        """The records, those the WHERE leaves out without a key: the simulator's record that
+        its source's watermark sees and no window does."""
+        return [r if self.kept(r) else replace(r, key=None) for r in self.records]
 
     @property
     def unbounded(self) -> bool:
@@ -120,6 +133,7 @@ def _feed(job: SqlJob) -> str:
     lines = []
     for pt, r in processing_order(job):
         value = int(r.value) if job.value_type == "BIGINT" else r.value
+        value = "NaN" if isinstance(value, float) and math.isnan(value) else value  # Java's
         fields = " ".join([*r.key.split("|"), str(value), str(r.et)])
         lines.append(f"r {r.partition} {r.offset} {pt} {fields}")
     return "\n".join(lines) + "\n"
@@ -188,8 +202,8 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     dropped: dict[tuple, int] = defaultdict(int)
     odd = []
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
-        if job.unbounded:
-            continue  # nothing is late for a group aggregation (lateDropped is 0)
+        if job.unbounded or not job.kept(r):
+            continue  # nothing is late for a group aggregation, or for a filtered record
         if job.session:
             if counted:
                 dropped[(r.key, r.et)] += 1
@@ -273,7 +287,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         emission=watermark.emission,
         idleness=watermark.idle_timeout_ms or 0,
     )
-    emissions, dropped = simulate(job.records, model)
+    emissions, dropped = simulate(job.keyed_records, model)
     values = {
         "sum": lambda count, total, low, high: total,
         "count": lambda count, total, low, high: float(count),
@@ -285,14 +299,18 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     return windowless(log, job), dropped
 
 
+def _nan_equal(row: tuple) -> tuple:
+    return tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in row)
+
+
 def _order(e: tuple) -> tuple:
     return (e[0], e[3], e[4], e[1] or 0)
 
 
 def compare(flink: tuple[list[tuple], dict], plugin: tuple[list[tuple], dict]) -> list[str]:
     """Differences as readable lines (empty: identical rows, values, emit times, order per key
-    and instant, and dropped pairs); rows are compared as multisets."""
-    f_rows, p_rows = Counter(flink[0]), Counter(plugin[0])
+    and instant, and dropped pairs); rows are compared as multisets, a NaN equal to a NaN."""
+    f_rows, p_rows = Counter(map(_nan_equal, flink[0])), Counter(map(_nan_equal, plugin[0]))
     problems = [f"Flink only:  {e}" for e in sorted((f_rows - p_rows).elements(), key=_order)]
     problems += [f"plugin only: {e}" for e in sorted((p_rows - f_rows).elements(), key=_order)]
     for k in sorted(set(flink[1]) | set(plugin[1])):

@@ -16,7 +16,10 @@ get shuffled ones. Some partitions stop early or pause, so that idleness acts.
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable
+from dataclasses import replace
 
 from tests.conformance.scenarios import BASE
 from tests.conformance.sql.harness import TABLE, SqlJob
@@ -59,11 +62,12 @@ def script(
     session: bool = False,
     ttl: int = 0,
     watermark: bool = True,
+    where: str | None = None,
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
     with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
     partitioned by the keys; ``ttl`` > 0: an unbounded GROUP BY with that state TTL, the
-    table's WATERMARK only with ``watermark``)."""
+    table's WATERMARK only with ``watermark``; ``where``: a WHERE clause)."""
     sets = [f"SET 'table.exec.state.ttl' = '{ttl} ms';"] if ttl else []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -92,13 +96,58 @@ def script(
         + (f",\n  WATERMARK FOR ts AS ts - {_interval(bound)}" if watermark else ""),
         f") WITH ({', '.join(options)});",
     ]
+    filtered = [f"WHERE {where}"] if where else []
     if ttl:
-        query = ["INSERT INTO totals", f"SELECT {group}, {selected}", f"FROM {TABLE}"]
+        query = ["INSERT INTO totals", f"SELECT {group}, {selected}", f"FROM {TABLE}", *filtered]
         query.append(f"GROUP BY {group};")
     else:
         query = ["INSERT INTO windowed", f"SELECT {group}, window_start, window_end, {selected}"]
-        query += [f"FROM TABLE({window})", f"GROUP BY {group}, window_start, window_end;"]
+        query += [f"FROM TABLE({window})", *filtered]
+        query.append(f"GROUP BY {group}, window_start, window_end;")
     return "\n".join([*sets, *table, *query, ""])
+
+
+Predicate = Callable[[Record], bool]
+
+
+def _user(r: Record) -> str:
+    return r.key.split("|")[0]
+
+
+def _java(compare: Callable[[float], bool]) -> Callable[[Record], bool]:
+    """A comparison of ``amount`` as Java compares doubles: false with a NaN."""
+    return lambda r: not math.isnan(r.value) and compare(r.value)
+
+
+def _where(rng: random.Random) -> tuple[str, Predicate]:
+    """A WHERE clause and how Flink evaluates it: comparisons of ``amount`` (a NaN compares
+    false, ``<>`` true), of ``user_id``, ``IN``, arithmetic, ``CASE``, ``AND``/``OR``."""
+    k, u = rng.randint(2, 8), f"u{rng.randint(0, 2)}"
+    simple: list[tuple[str, Predicate]] = [
+        (f"amount > {k}", _java(lambda v: v > k)),
+        (f"amount <= {k}", _java(lambda v: v <= k)),
+        (f"amount <> {k}", lambda r: math.isnan(r.value) or r.value != k),
+        (f"amount = {k}", _java(lambda v: v == k)),
+        (f"amount * 2 >= {2 * k + 1}", _java(lambda v: v * 2 >= 2 * k + 1)),
+        (f"user_id <> '{u}'", lambda r: _user(r) != u),
+        (f"user_id IN ('{u}', 'u9')", lambda r: _user(r) == u),
+        (
+            f"CASE WHEN user_id = '{u}' THEN amount > {k} ELSE amount < {k} END",
+            lambda r: _java(lambda v: v > k)(r) if _user(r) == u else _java(lambda v: v < k)(r),
+        ),
+    ]
+    (a, fa), (b, fb) = rng.sample(simple, 2)
+    # AND of one amount and one user_id test: two of amount's can contradict, and the planner
+    # then replaces the whole query by an empty VALUES (nothing to run).
+    (u_test, fu) = rng.choice([c for c in simple if c[0].startswith("user_id")])
+    (a_test, famount) = rng.choice([c for c in simple if c[0].startswith("amount")])
+    return rng.choice(
+        [
+            (a, fa),
+            (f"{a_test} AND {u_test}", lambda r: famount(r) and fu(r)),
+            (f"{a} OR {b}", lambda r: fa(r) or fb(r)),
+        ]
+    )
 
 
 def _archive(
@@ -161,6 +210,15 @@ def generated(n: int, seed: int) -> list[SqlJob]:
         shuffle = emission == "on-event" and rng.random() < 0.6
         idle = bool(scan_idle or set_idle)
         records = _archive(rng, rng.randint(1, 3), unit, base, len(keys), shuffle, idle)
+        where, keep = _where(rng) if rng.random() < 0.4 else (None, None)
+        # NaN amounts, filtered (not with MIN or MAX: job_from_sql refuses those, rightly)
+        if (
+            where
+            and value_type == "DOUBLE"
+            and not {"MIN", "MAX"} & set(functions)
+            and rng.random() < 0.6
+        ):
+            records = [replace(r, value=math.nan) if rng.random() < 0.15 else r for r in records]
         text = script(
             keys,
             value_type,
@@ -176,6 +234,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             session=kind == "SESSION",
             ttl=ttl,
             watermark=not ttl or rng.random() < 0.5,
+            where=where,
         )
         jobs.append(
             SqlJob(
@@ -192,6 +251,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 cumulate=kind == "CUMULATE",
                 session=kind == "SESSION",
                 ttl=ttl,
+                where=keep,
             )
         )
     return jobs

@@ -1,0 +1,160 @@
+"""A Flink SQL ``WHERE`` as the Spark SQL predicate that keeps the same records, for the
+operators on which the two agree; anything else is refused, named with its line and column.
+
+Written by hand because no maintained library translates Flink SQL to Spark SQL (sqlglot has
+no Flink dialect). Where the two differ, the translation says so:
+
+- Comparing floating-point values, Flink's generated code compares Java doubles: a NaN is
+  neither equal to, below nor above anything (``<>`` is true). Spark SQL orders NaN above
+  every number and equal to itself. A comparison with a ``DOUBLE`` or ``FLOAT`` operand is
+  therefore guarded: ``CASE WHEN isnan(a) OR isnan(b) THEN <Java's answer> ELSE a op b END``.
+  ``NOT``, ``IN`` and ``BETWEEN`` over such values are refused: Flink's planner rewrites them
+  (``NOT (a > b)`` into ``a <= b``, ranges into search arguments) in ways whose NaN answers
+  differ from the written form's.
+- ``/`` is refused: Flink divides integers as integers, Spark as doubles.
+
+Column names are backquoted and string literals re-escaped for Spark; numbers, ``TRUE``,
+``FALSE`` and ``NULL`` are written as Flink's parser read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from feast_stream_backfill.errors import UnsupportedSqlError
+
+#: Calcite's kinds of the comparisons and arithmetic mapped, as Spark SQL writes them.
+COMPARISONS = {
+    "EQUALS": "=",
+    "NOT_EQUALS": "<>",
+    "LESS_THAN": "<",
+    "LESS_THAN_OR_EQUAL": "<=",
+    "GREATER_THAN": ">",
+    "GREATER_THAN_OR_EQUAL": ">=",
+}
+ARITHMETIC = {"PLUS": "+", "MINUS": "-", "TIMES": "*"}
+#: The SQL types of floating-point columns (``DOUBLE PRECISION`` reads as ``DOUBLE``).
+FLOATING = ("DOUBLE", "FLOAT", "REAL")
+
+
+def spark_predicate(node: Any, types: Mapping[str, str]) -> str:
+    """``node`` (a parsed Flink SQL boolean expression over columns of SQL ``types``) as a
+    Spark SQL predicate true for exactly the records Flink keeps."""
+    return _Translation(types).render(node)
+
+
+class _Translation:
+    def __init__(self, types: Mapping[str, str]) -> None:
+        self.types = dict(types)
+
+    def render(self, node: Any) -> str:
+        kind = str(node.getKind().toString())
+        operands = list(node.getOperandList()) if kind not in ("IDENTIFIER", "LITERAL") else []
+        if kind == "IDENTIFIER":
+            return f"`{self._column(node)}`"
+        if kind == "LITERAL":
+            return self._literal(node)
+        if kind in COMPARISONS:
+            return self._comparison(COMPARISONS[kind], operands)
+        if kind in ("AND", "OR"):
+            return "(" + f" {kind} ".join(self.render(o) for o in operands) + ")"
+        if kind in ARITHMETIC:
+            left, right = operands
+            return f"({self.render(left)} {ARITHMETIC[kind]} {self.render(right)})"
+        if kind == "MINUS_PREFIX":
+            return f"(- {self.render(operands[0])})"
+        if kind in ("IS_NULL", "IS_NOT_NULL"):
+            return f"({self.render(operands[0])} {kind.replace('_', ' ')})"
+        if kind == "NOT":
+            if self._compares_floating(operands[0]):
+                raise _refused(node, f"NOT over a floating-point comparison {node.toString()}")
+            return f"(NOT {self.render(operands[0])})"
+        if kind in ("IN", "NOT_IN"):
+            value, values = operands
+            if self._floating(value) or any(self._floating(v) for v in values):
+                raise _refused(node, f"{kind.replace('_', ' ')} over floating-point values")
+            listed = ", ".join(self.render(v) for v in values)
+            return f"({self.render(value)} {kind.replace('_', ' ')} ({listed}))"
+        if kind == "CASE":
+            return self._case(node)
+        raise _refused(node, f"the expression {node.toString()}", _WHY.get(kind, ""))
+
+    def _column(self, node: Any) -> str:
+        if not node.isSimple():
+            raise _refused(node, f"the qualified name {node.toString()}")
+        name = str(node.getSimple())
+        if name not in self.types:
+            raise _refused(node, f"the column {name}", "not a column of the table")
+        return name
+
+    def _literal(self, node: Any) -> str:
+        type_name = str(node.getTypeName().toString())
+        if type_name == "CHAR":
+            text = str(node.toValue())
+            return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        if type_name in ("DECIMAL", "DOUBLE", "BOOLEAN", "NULL"):
+            return str(node.toString())
+        raise _refused(node, f"the literal {node.toString()}")
+
+    def _comparison(self, operator: str, operands: list[Any]) -> str:
+        left, right = (self.render(o) for o in operands)
+        compared = f"({left} {operator} {right})"
+        if not any(self._floating(o) for o in operands):
+            return compared
+        nan = "true" if operator == "<>" else "false"  # Java's answer with a NaN operand
+        return f"(CASE WHEN isnan({left}) OR isnan({right}) THEN {nan} ELSE {compared} END)"
+
+    def _case(self, node: Any) -> str:
+        if node.getValueOperand() is not None:
+            raise _refused(node, "CASE value WHEN ...", "CASE WHEN condition THEN ... is mapped")
+        branches = " ".join(
+            f"WHEN {self.render(w)} THEN {self.render(t)}"
+            for w, t in zip(node.getWhenOperands(), node.getThenOperands(), strict=True)
+        )
+        otherwise = node.getElseOperand()
+        tail = f" ELSE {self.render(otherwise)}" if otherwise is not None else ""
+        return f"(CASE {branches}{tail} END)"
+
+    def _floating(self, node: Any) -> bool:
+        """Could the value be a NaN: a floating-point column, a double literal, or arithmetic
+        or a CASE over one."""
+        kind = str(node.getKind().toString())
+        if kind == "IDENTIFIER":
+            return self.types.get(self._column(node), "").startswith(FLOATING)
+        if kind == "LITERAL":
+            return str(node.getTypeName().toString()) == "DOUBLE"
+        if kind in (*ARITHMETIC, "MINUS_PREFIX"):
+            return any(self._floating(o) for o in node.getOperandList())
+        if kind == "CASE":
+            return any(self._floating(t) for t in node.getThenOperands()) or (
+                node.getElseOperand() is not None and self._floating(node.getElseOperand())
+            )
+        return False
+
+    def _compares_floating(self, node: Any) -> bool:
+        kind = str(node.getKind().toString())
+        if kind in COMPARISONS:
+            return any(self._floating(o) for o in node.getOperandList())
+        if kind in ("IDENTIFIER", "LITERAL"):
+            return False
+        operands = [o for o in node.getOperandList() if o is not None]
+        return any(_class(o) != "SqlNodeList" and self._compares_floating(o) for o in operands)
+
+
+_WHY = {
+    "DIVIDE": "Flink divides integers as integers, Spark as doubles",
+    "LIKE": "its escapes and patterns are not mapped",
+    "CAST": "casts are not mapped",
+    "OTHER_FUNCTION": "functions are not mapped",
+    "BETWEEN": "write it as two comparisons",
+}
+
+
+def _class(node: Any) -> str:
+    return str(node.getClass().getSimpleName())
+
+
+def _refused(node: Any, construct: str, why: str = "") -> UnsupportedSqlError:
+    at = node.getParserPosition()
+    return UnsupportedSqlError(construct, int(at.getLineNum()), int(at.getColumnNum()), why)
