@@ -204,6 +204,12 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "not mapped",
         ),
         (
+            UNBOUNDED.replace("SUM(amount)", "SUM(CASE WHEN amount > 3 THEN 1 ELSE 0 END)"),
+            "line 6, column 17: SUM of an expression of type INT is not supported: Flink's result "
+            "keeps that type; DOUBLE, BIGINT are mapped (to count the records a condition holds "
+            "for, COUNT(CASE WHEN condition THEN 1 END))",
+        ),
+        (
             script(options=", 'scan.watermark.alignment.group' = 'g'"),
             "line 6, column 50: the option 'scan.watermark.alignment.group' is not supported",
         ),
@@ -231,6 +237,7 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "where-divide",
         "where-not-floating",
         "where-function",
+        "sum-of-int",
         "alignment",
         "bound-0",
         "avg-bigint",
@@ -336,3 +343,27 @@ def test_min_or_max_over_an_archive_with_nan_is_refused(spark):
     with pytest.raises(UnsupportedSqlError, match=r"partition 0 offset 2 has a NaN in amount"):
         job_from_sql(spark, maximum, {"transactions": topic})
     job_from_sql(spark, script(), {"transactions": topic})  # SUM of a NaN: NaN in both
+
+
+def test_aggregates_of_expressions_are_derived_columns(spark):
+    """``SUM(CASE WHEN amount > 4 THEN amount ELSE 0 END)`` and ``COUNT(CASE WHEN amount > 4
+    THEN 1 END)`` per user: derived columns the aggregations read. IN_ORDER's amounts 1, 2,
+    4, 8, 16, 32: over 4, u1's 8 (10:05-10:10) and u2's 16 (10:10-10:15, never fired)."""
+    big = script().replace(
+        "SUM(amount) AS spend_5m, COUNT(*) AS transactions_5m",
+        "SUM(CASE WHEN amount > 4 THEN amount ELSE 0 END) AS spend_5m, "
+        "COUNT(CASE WHEN amount > 4 THEN 1 END) AS transactions_5m",
+    )
+    job = job_from_sql(spark, big, {"transactions": archive(spark, IN_ORDER)})
+    assert job.derived == {
+        "spend_5m_argument": "(CASE WHEN (CASE WHEN isnan(`amount`) OR isnan(4) THEN false ELSE "
+        "(`amount` > 4) END) THEN `amount` ELSE 0 END)",
+        "transactions_5m_argument": "(CASE WHEN (CASE WHEN isnan(`amount`) OR isnan(4) THEN "
+        "false ELSE (`amount` > 4) END) THEN 1 ELSE NULL END)",
+    }
+    log = backfill(spark, job).emissions.orderBy("user_id", "window_start").collect()
+    assert [(r["user_id"], r["spend_5m"], r["transactions_5m"]) for r in log] == [
+        ("u1", 0.0, 0),
+        ("u1", 8.0, 1),
+        ("u2", 0.0, 0),
+    ]

@@ -1,5 +1,6 @@
-"""A Flink SQL ``WHERE`` as the Spark SQL predicate that keeps the same records, for the
-operators on which the two agree; anything else is refused, named with its line and column.
+"""A Flink SQL ``WHERE``, or an aggregate's argument, as the Spark SQL expression that gives
+the same answer, for the operators on which the two agree; anything else is refused, named
+with its line and column.
 
 Written by hand because no maintained library translates Flink SQL to Spark SQL (sqlglot has
 no Flink dialect). Where the two differ, the translation says so:
@@ -42,6 +43,14 @@ def spark_predicate(node: Any, types: Mapping[str, str]) -> str:
     """``node`` (a parsed Flink SQL boolean expression over columns of SQL ``types``) as a
     Spark SQL predicate true for exactly the records Flink keeps."""
     return _Translation(types).render(node)
+
+
+def spark_value(node: Any, types: Mapping[str, str]) -> tuple[str, str]:
+    """``node`` (a parsed Flink SQL value expression) as Spark SQL, and its SQL type as Flink
+    derives it: ``DOUBLE``, ``FLOAT``, ``BIGINT``, ``INT``, ``DECIMAL``, ``BOOLEAN``,
+    ``STRING`` or ``NULL``."""
+    translation = _Translation(types)
+    return translation.render(node), translation.type_of(node)
 
 
 class _Translation:
@@ -116,6 +125,28 @@ class _Translation:
         tail = f" ELSE {self.render(otherwise)}" if otherwise is not None else ""
         return f"(CASE {branches}{tail} END)"
 
+    def type_of(self, node: Any) -> str:
+        """The expression's SQL type, by Calcite's rules for the operators mapped: arithmetic
+        and ``CASE`` take the widest of their operands (``DOUBLE`` over ``FLOAT`` over
+        ``DECIMAL`` over ``BIGINT`` over ``INT``; ``NULL`` takes the other's)."""
+        kind = str(node.getKind().toString())
+        if kind == "IDENTIFIER":
+            declared = self.types[self._column(node)].split("(")[0].upper()
+            return {"INTEGER": "INT", "VARCHAR": "STRING", "CHAR": "STRING"}.get(declared, declared)
+        if kind == "LITERAL":
+            name = str(node.getTypeName().toString())
+            if name == "DECIMAL":
+                return "INT" if node.isExact() and int(node.getScale()) == 0 else "DECIMAL"
+            return {"CHAR": "STRING"}.get(name, name)
+        if kind in ARITHMETIC or kind == "MINUS_PREFIX":
+            return _widest(self.type_of(o) for o in node.getOperandList())
+        if kind == "CASE":
+            branches = [*node.getThenOperands()]
+            if node.getElseOperand() is not None:
+                branches.append(node.getElseOperand())
+            return _widest(self.type_of(b) for b in branches)
+        return "BOOLEAN"
+
     def _floating(self, node: Any) -> bool:
         """Could the value be a NaN: a floating-point column, a double literal, or arithmetic
         or a CASE over one."""
@@ -140,6 +171,17 @@ class _Translation:
             return False
         operands = [o for o in node.getOperandList() if o is not None]
         return any(_class(o) != "SqlNodeList" and self._compares_floating(o) for o in operands)
+
+
+_WIDTH = ("NULL", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE")
+
+
+def _widest(types: Any) -> str:
+    found = list(types)
+    numeric = [t for t in found if t in _WIDTH]
+    if len(numeric) < len(found):  # strings or booleans: the first non-null one
+        return next(t for t in found if t != "NULL")
+    return max(numeric, key=_WIDTH.index)
 
 
 _WHY = {

@@ -53,9 +53,11 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION
+from feast_stream_backfill.enrichment import expression_columns
 from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql.expressions import FLOATING
 from feast_stream_backfill.flink_sql.reader import (
+    Aggregate,
     AggregatingInsert,
     Column,
     Script,
@@ -115,14 +117,15 @@ def job_from_sql(
     settings = _settings(read.options)
     table = _source(read, chosen)
     topic = _topic(table, archives)
-    _check_means(chosen, table)
+    _check_types(chosen, table)
     keys = list(chosen.keys)
     aggregations = [
         # COUNT(*) counts rows; a key column is never null (the backfill refuses null keys),
         # so counting it counts rows.
-        Aggregation(a.column or keys[0], a.function, a.name)
+        Aggregation(_argument(a) if a.expression else a.column or keys[0], a.function, a.name)
         for a in chosen.aggregates
     ]
+    derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
     if chosen.unbounded:
         if spark is not None:
             _check_no_nan(spark, topic, chosen, table)
@@ -132,6 +135,7 @@ def job_from_sql(
             window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
+            derived=derived,
             where=chosen.where,
         )
     if settings.state_ttl is not None:
@@ -152,6 +156,7 @@ def job_from_sql(
         aggregations=aggregations,
         trigger=EventTimeTrigger(),
         watermark=watermark,
+        derived=derived,
         where=chosen.where,
     )
 
@@ -257,16 +262,46 @@ def _source(read: Script, insert: AggregatingInsert) -> Table:
     return table
 
 
-def _check_means(insert: AggregatingInsert, table: Table) -> None:
+def _argument(aggregate: Aggregate) -> str:
+    """The derived column holding an aggregate's expression, per record."""
+    return f"{aggregate.name}_argument"
+
+
+#: The SQL types of an aggregate's expression the plugin's functions give Flink's results for:
+#: Flink's SUM keeps its argument's type (an INT wraps past 2^31, a DECIMAL keeps its scale),
+#: AVG too (of a BIGINT, an integer division), MIN and MAX any number but a FLOAT's.
+_EXACT_TYPES = {
+    "sum": ("DOUBLE", "BIGINT"),
+    "mean": ("DOUBLE",),
+    "min": ("DOUBLE", "BIGINT", "INT"),
+    "max": ("DOUBLE", "BIGINT", "INT"),
+}
+
+
+def _check_types(insert: AggregatingInsert, table: Table) -> None:
     """``AVG`` keeps its argument's type in Flink (``AvgAggFunction``: of a BIGINT, the sum
-    divided as longs, AVG(3, 8) = 5); the plugin's mean is a double: exact for a DOUBLE."""
+    divided as longs, AVG(3, 8) = 5); the plugin's mean is a double: exact for a DOUBLE. An
+    aggregate of an expression is mapped where its type gives the plugin's result
+    (:data:`_EXACT_TYPES`)."""
     types = {c.name: c.type for c in table.columns}
     for aggregate in insert.aggregates:
-        if aggregate.function == "mean" and types.get(aggregate.column or "") != "DOUBLE":
+        at = aggregate.at
+        if aggregate.expression is not None:
+            allowed = _EXACT_TYPES.get(aggregate.function)
+            if allowed is not None and aggregate.expression_type not in allowed:
+                raise UnsupportedSqlError(
+                    f"{aggregate.function.upper()} of an expression of type "
+                    f"{aggregate.expression_type}",
+                    at.line,
+                    at.column,
+                    f"Flink's result keeps that type; {', '.join(allowed)} are mapped (to count "
+                    "the records a condition holds for, COUNT(CASE WHEN condition THEN 1 END))",
+                )
+        elif aggregate.function == "mean" and types.get(aggregate.column or "") != "DOUBLE":
             raise UnsupportedSqlError(
                 f"AVG of the {types.get(aggregate.column or '')} column {aggregate.column}",
-                aggregate.at.line,
-                aggregate.at.column,
+                at.line,
+                at.column,
                 "Flink's AVG keeps its argument's type (of a BIGINT: an integer division), "
                 "the plugin's mean is a DOUBLE: declare the column DOUBLE",
             )
@@ -388,20 +423,29 @@ def _check_no_nan(
     read = [
         a
         for a in insert.aggregates
-        if a.function in ("min", "max") and types.get(a.column or "", "").startswith(FLOATING)
+        if a.function in ("min", "max")
+        and (a.expression_type or types.get(a.column or "", "")).startswith(FLOATING)
     ]
     if not read:
         return
-    columns = list(dict.fromkeys(a.column for a in read if a.column))
+    values = [F.expr(a.expression) if a.expression else F.col(a.column) for a in read]
+    columns = list(
+        dict.fromkeys(
+            c
+            for a in read
+            for c in (expression_columns(a.expression) if a.expression else [a.column])
+        )
+    )
     records = read_records(spark, topic, columns)
     nan = F.lit(False)
-    for column in columns:
-        nan = nan | F.isnan(column)
+    for value in values:
+        nan = nan | F.isnan(value)
     found = records.where(nan).orderBy(PARTITION, OFFSET).first()
     if found is not None:
         at = read[0].at
         raise UnsupportedSqlError(
-            f"{read[0].function.upper()}({read[0].column}) over an archive with NaN",
+            f"{read[0].function.upper()} of {read[0].column or read[0].expression} over an "
+            "archive with NaN",
             at.line,
             at.column,
             f"topic {topic.name!r} partition {found[PARTITION]} offset {found[OFFSET]} has a NaN "

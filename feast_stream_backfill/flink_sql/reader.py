@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feast_stream_backfill.errors import UnsupportedSqlError
-from feast_stream_backfill.flink_sql.expressions import spark_predicate
+from feast_stream_backfill.flink_sql.expressions import spark_predicate, spark_value
 from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
@@ -84,12 +84,16 @@ class Table:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """``FUNCTION(column) AS name`` of the select list; ``column`` None for ``COUNT(*)``."""
+    """``FUNCTION(column) AS name`` of the select list; ``column`` None for ``COUNT(*)`` and
+    for an expression: ``FUNCTION(expression)``, the expression in Spark SQL
+    (``expression``) and its SQL type (``expression_type``)."""
 
     function: str
     column: str | None
     name: str
     at: Position
+    expression: str | None = None
+    expression_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,9 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
             "the GROUP BY keys must be the PARTITION BY columns",
         )
     window_columns = ("window_start", "window_end") if window is not None else ()
+    source_table = window.source if window is not None else _table_name(source)
+    table = tables.get(source_table)
+    types = {c.name: c.type for c in table.columns} if table is not None else {}
     aggregates = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER":
@@ -294,15 +301,10 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
             if name not in (*keys, *window_columns):
                 raise _refused(item, f"the column {name}", "not a GROUP BY key")
             continue
-        aggregates.append(_aggregate(item))
+        aggregates.append(_aggregate(item, types))
     if not aggregates:
         raise _refused(select, "a SELECT without aggregates")
-    source_table = window.source if window is not None else _table_name(source)
-    where = None
-    if select.getWhere() is not None:
-        table = tables.get(source_table)
-        types = {c.name: c.type for c in table.columns} if table is not None else {}
-        where = spark_predicate(select.getWhere(), types)
+    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
     return AggregatingInsert(
         target=_table_name(statement.getTargetTable()),
         source=source_table,
@@ -416,8 +418,9 @@ def _group_keys(select: Any, windowed: bool) -> tuple[str, ...]:
     return keys
 
 
-def _aggregate(item: Any) -> Aggregate:
-    """``FUNCTION(column) AS name`` or ``COUNT(*) AS name``."""
+def _aggregate(item: Any, types: dict[str, str]) -> Aggregate:
+    """``FUNCTION(column) AS name``, ``FUNCTION(expression) AS name`` or ``COUNT(*) AS
+    name``."""
     if _kind(item) != "AS":
         raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
     call, alias = item.getOperandList()
@@ -437,6 +440,16 @@ def _aggregate(item: Any) -> Aggregate:
         column = None
     elif len(operands) == 1 and _kind(operands[0]) == "IDENTIFIER":
         column = _name(operands[0])
+    elif len(operands) == 1:
+        expression, expression_type = spark_value(operands[0], types)
+        return Aggregate(
+            AGGREGATES[function],
+            None,
+            _name(alias),
+            position(call),
+            expression,
+            expression_type,
+        )
     else:
-        raise _refused(call, f"the aggregate {call.toString()}", "of one column is mapped")
+        raise _refused(call, f"the aggregate {call.toString()}", "of one argument is mapped")
     return Aggregate(AGGREGATES[function], column, _name(alias), position(call))

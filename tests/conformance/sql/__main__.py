@@ -41,6 +41,7 @@ def constructs(job: SqlJob) -> list[str]:
     return [
         f"{job.window} x {job.emission} x {idle}",
         *(["WHERE"] if job.where is not None else []),
+        *(["aggregates of an expression"] if job.argument is not None else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
     ]
 

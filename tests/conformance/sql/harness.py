@@ -69,14 +69,26 @@ class SqlJob:
     #: The script's WHERE, evaluated as Flink does (Java's NaN comparisons): True keeps.
     where: Callable[[Record], bool] | None = field(default=None, compare=False)
 
+    #: What the aggregates other than COUNT(*) take of a record, as Flink computes it (None:
+    #: ``amount``).
+    argument: Callable[[Record], float] | None = field(default=None, compare=False)
+
     def kept(self, record: Record) -> bool:
         return self.where is None or self.where(record)
 
     @property
     def keyed_records(self) -> list[Record]:
-        """The records, those the WHERE leaves out without a key: the simulator's record that
-        its source's watermark sees and no window does."""
-        return [r if self.kept(r) else replace(r, key=None) for r in self.records]
+        """The records as the simulator takes them: those the WHERE leaves out without a key
+        (its source's watermark sees such a record, no window does), each value the
+        aggregates' argument."""
+        return [
+            replace(
+                r,
+                key=r.key if self.kept(r) else None,
+                value=self.argument(r) if self.argument else r.value,
+            )
+            for r in self.records
+        ]
 
     @property
     def unbounded(self) -> bool:

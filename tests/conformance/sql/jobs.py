@@ -27,12 +27,12 @@ from tests.reference_simulator import Record
 
 #: (SQL, output name stem) per aggregate function; COUNT appears with * and with the column.
 AGGREGATES = {
-    "SUM": "SUM(amount)",
+    "SUM": "SUM({})",
     "COUNT(*)": "COUNT(*)",
-    "COUNT": "COUNT(amount)",
-    "AVG": "AVG(amount)",
-    "MIN": "MIN(amount)",
-    "MAX": "MAX(amount)",
+    "COUNT": "COUNT({})",
+    "AVG": "AVG({})",
+    "MIN": "MIN({})",
+    "MAX": "MAX({})",
 }
 
 
@@ -63,11 +63,13 @@ def script(
     ttl: int = 0,
     watermark: bool = True,
     where: str | None = None,
+    argument: str = "amount",
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
     with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
     partitioned by the keys; ``ttl`` > 0: an unbounded GROUP BY with that state TTL, the
-    table's WATERMARK only with ``watermark``; ``where``: a WHERE clause)."""
+    table's WATERMARK only with ``watermark``; ``where``: a WHERE clause; ``argument``: what
+    the aggregates but COUNT(*) take)."""
     sets = [f"SET 'table.exec.state.ttl' = '{ttl} ms';"] if ttl else []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -88,7 +90,9 @@ def script(
         if slide
         else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
     )
-    selected = ", ".join(f"{AGGREGATES[f]} AS a{i}" for i, f in enumerate(functions))
+    selected = ", ".join(
+        f"{AGGREGATES[f].format(argument)} AS a{i}" for i, f in enumerate(functions)
+    )
     group = ", ".join(keys)
     table = [
         f"CREATE TABLE {TABLE} (",
@@ -146,6 +150,26 @@ def _where(rng: random.Random) -> tuple[str, Predicate]:
             (a, fa),
             (f"{a_test} AND {u_test}", lambda r: famount(r) and fu(r)),
             (f"{a} OR {b}", lambda r: fa(r) or fb(r)),
+        ]
+    )
+
+
+def _argument(rng: random.Random) -> tuple[str, Callable[[Record], float]]:
+    """An expression the aggregates take instead of ``amount``, and its value as Flink
+    computes it (never null; a NaN amount compares false)."""
+    k, u = rng.randint(2, 8), f"u{rng.randint(0, 2)}"
+    return rng.choice(
+        [
+            ("amount * 2", lambda r: r.value * 2),
+            ("-amount + 1", lambda r: -r.value + 1),
+            (
+                f"CASE WHEN user_id = '{u}' THEN amount ELSE 0 END",
+                lambda r: r.value if _user(r) == u else 0.0,
+            ),
+            (
+                f"CASE WHEN amount > {k} THEN amount ELSE amount * 3 END",
+                lambda r: r.value if _java(lambda v: v > k)(r) else r.value * 3,
+            ),
         ]
     )
 
@@ -211,6 +235,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
         idle = bool(scan_idle or set_idle)
         records = _archive(rng, rng.randint(1, 3), unit, base, len(keys), shuffle, idle)
         where, keep = _where(rng) if rng.random() < 0.4 else (None, None)
+        argument, value_of = _argument(rng) if rng.random() < 0.3 else ("amount", None)
         # NaN amounts, filtered (not with MIN or MAX: job_from_sql refuses those, rightly)
         if (
             where
@@ -235,6 +260,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             ttl=ttl,
             watermark=not ttl or rng.random() < 0.5,
             where=where,
+            argument=argument,
         )
         jobs.append(
             SqlJob(
@@ -252,6 +278,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 session=kind == "SESSION",
                 ttl=ttl,
                 where=keep,
+                argument=value_of,
             )
         )
     return jobs
