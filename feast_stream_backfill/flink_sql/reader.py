@@ -252,7 +252,8 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
     """``INSERT INTO target SELECT keys, window_start, window_end, aggregates FROM
     TABLE(TUMBLE|HOP|...(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
     window_end``, or ``INSERT INTO target SELECT keys, aggregates FROM source GROUP BY keys``,
-    nothing more."""
+    each with an optional ``WHERE`` before the ``GROUP BY``, nothing more; the ``WHERE`` and
+    aggregates' expressions in Spark SQL (:mod:`feast_stream_backfill.flink_sql.expressions`)."""
     if statement.isOverwrite() or statement.isUpsert():
         raise _refused(statement, "INSERT OVERWRITE or UPSERT")
     if statement.getTargetColumnList() is not None:
