@@ -17,6 +17,7 @@ from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, P
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
+    OverWindows,
     SessionWindows,
     SlidingWindows,
     TumblingWindows,
@@ -33,6 +34,7 @@ __all__ = [
     "DeltaHistory",
     "EventTimeTrigger",
     "Lookup",
+    "OverWindows",
     "PerRecordTrigger",
     "ProcessingTimeModel",
     "ProcessingTimeTrigger",

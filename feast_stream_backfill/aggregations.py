@@ -141,6 +141,10 @@ class Function:
     add: Callable[[Any, Any], Any]  # (accumulator, a non-null value) -> accumulator
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
+    #: (accumulator, a non-null value) -> accumulator without it, as Flink SQL's retracting
+    #: aggregates (OVER windows); None: a minimum or maximum is taken afresh from the values
+    #: still held (``MinWithRetractAggFunction`` keeps them all).
+    retract: Callable[[Any, Any], Any] | None
     partials: Callable[[Column, Column, DataType], list[Column]]  # (values, copied, type)
     combine: Callable[[Column], Column]  # an aggregate of one partial over parts
     finish: Callable[[list[Column], DataType], Column]  # (partials, column type) -> value
@@ -154,6 +158,7 @@ FUNCTION: dict[str, Function] = {
         _plus,
         _plus,
         lambda a: a,
+        lambda a, v: _plus(a, -v),  # SumWithRetractAggFunction: sum - value
         _sum_parts,
         F.sum,
         _sum_of_partials,
@@ -165,6 +170,7 @@ FUNCTION: dict[str, Function] = {
         lambda a, _: a + 1,
         lambda a, b: a + b,
         lambda a: a,
+        lambda a, _: a - 1,
         lambda c, copied, _: [F.sum(_weight(c, copied))],
         F.sum,
         lambda p, _: F.shiftright(p[0], 1),
@@ -176,6 +182,7 @@ FUNCTION: dict[str, Function] = {
         lambda a, v: (a[0] + 1, a[1] + v),
         lambda a, b: (a[0] + b[0], a[1] + b[1]),
         lambda a: a[1] / a[0] if a[0] else None,
+        lambda a, v: (a[0] - 1, a[1] - v),  # AvgAggFunction: its own sum and count
         # avg's own sum (of doubles) and count
         lambda c, copied, _: [
             *_sum_parts(c.cast("double"), copied, DoubleType()),
@@ -191,6 +198,7 @@ FUNCTION: dict[str, Function] = {
         _extreme(min),
         _extreme(min),
         lambda a: a,
+        None,
         lambda c, *_: [_spark_min(c, None)],
         lambda p: _spark_min(p, None),
         lambda p, _: p[0],
@@ -202,6 +210,7 @@ FUNCTION: dict[str, Function] = {
         _extreme(max),
         _extreme(max),
         lambda a: a,
+        None,
         lambda c, *_: [F.max(c)],
         F.max,
         lambda p, _: p[0],

@@ -26,6 +26,7 @@ from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, P
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
+    OverWindows,
     SessionWindows,
     SlidingWindows,
     TumblingWindows,
@@ -50,7 +51,7 @@ class StreamJob:
 
     topics: Sequence[ArchivedTopic]
     keys: Sequence[str]
-    window: TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows
+    window: TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows
     aggregations: Sequence[Aggregation]
     trigger: EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger = field(
         default_factory=EventTimeTrigger
@@ -73,12 +74,15 @@ class StreamJob:
                 f"{type(self.trigger).__name__} fires {self.trigger.domain}-time windows, "
                 f"not {self.window.domain}-time ones"
             )
-        if isinstance(self.window, CumulativeWindows) and not (
+        if isinstance(self.window, CumulativeWindows | OverWindows) and not (
             isinstance(self.trigger, EventTimeTrigger) and self.trigger.allowed_lateness_ms == 0
         ):
+            what = "cumulative windows (Flink SQL's CUMULATE)"
+            if isinstance(self.window, OverWindows):
+                what = "OVER windows (Flink SQL's OVER)"
             raise ValueError(
-                "cumulative windows (Flink SQL's CUMULATE) fire by the watermark, without "
-                f"allowed lateness: EventTimeTrigger(0), not {self.trigger!r}"
+                f"{what} fire by the watermark, without allowed lateness: "
+                f"EventTimeTrigger(0), not {self.trigger!r}"
             )
         names = [a.name for a in self.aggregations]
         if len(set(names)) != len(names):

@@ -94,13 +94,22 @@ class WatermarkTimeline:
         sharing a millisecond with a change are ordered among those changes by a sort."""
         if not len(self):
             return np.full(len(time), LONG_MIN, dtype=np.int64)
+        count = self.changes_before_each(time, topic, partition, offset)
+        return np.where(count > 0, self.values[np.maximum(count, 1) - 1], LONG_MIN)
+
+    def changes_before_each(
+        self, time: np.ndarray, topic: pa.Array, partition: np.ndarray, offset: np.ndarray
+    ) -> np.ndarray:
+        """For a column of record positions, how many changes come before each: the index of
+        the first change a record can still see (a change at the record's own position, an
+        on-event watermark, comes after it)."""
         count = np.searchsorted(self.times, time, "left")
         tied = np.flatnonzero(np.searchsorted(self.times, time, "right") > count)
         if tied.size:
             count[tied] += self._earlier_same_ms(
                 time[tied], count[tied], topic.take(tied), partition[tied], offset[tied]
             )
-        return np.where(count > 0, self.values[np.maximum(count, 1) - 1], LONG_MIN)
+        return count
 
     def _earlier_same_ms(
         self,

@@ -18,6 +18,7 @@ from feast_stream_backfill.strategies import Condition, Strategy, StrategyDeclin
 from feast_stream_backfill.strategies.aligned_in_order import AlignedInProcessingOrder
 from feast_stream_backfill.strategies.aligned_unsorted import AlignedWithoutSort
 from feast_stream_backfill.strategies.merging import MergingWindows
+from feast_stream_backfill.strategies.over import OverRows
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ STRATEGIES: tuple[Strategy, ...] = (
     AlignedWithoutSort(),
     AlignedInProcessingOrder(),
     MergingWindows(),
+    OverRows(),
 )
 
 

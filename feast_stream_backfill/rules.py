@@ -147,6 +147,45 @@ def clock_watermark(time: T) -> T:
     return time - 1
 
 
+# ------------------------------------------------------------------------------ OVER windows
+
+
+def over_start(time: T, preceding_ms: int) -> T:
+    """The first instant an OVER window's row at ``time`` aggregates: ``RANGE BETWEEN
+    preceding PRECEDING AND CURRENT ROW`` holds the key's rows in ``[time - preceding, time]``
+    (``RowTimeRangeBoundedPrecedingFunction.onTimer`` retracts a row once
+    ``time - its time > preceding``)."""
+    return time - preceding_ms
+
+
+def over_dropped(time: T, last_emitted: T) -> Any:
+    """``RowTimeRangeBoundedPrecedingFunction.processElement``: a row no later than its key's
+    last timer (``lastTriggeringTs``: 0 before any, and again once the key's state is cleared)
+    is dropped, whatever the watermark; a later one waits for its own timer, even if the
+    watermark has passed it (it fires with the watermark's next rise)."""
+    return time <= last_emitted
+
+
+def over_cleanup_renewed(cleanup: T, time: T, preceding_ms: int) -> Any:
+    """``registerCleanupTimer``: a row moves its key's cleanup timer when the one set is
+    earlier than ``time + preceding + 1``."""
+    return cleanup < time + (preceding_ms + 1)
+
+
+def over_cleanup_time(time: T, preceding_ms: int) -> T:
+    """Where a renewed cleanup timer is set: ``time + (long) (preceding * 1.5) + 1``. Any timer
+    of the key at or after it clears the key's state (``onTimer``), rows and
+    ``lastTriggeringTs`` alike; an earlier cleanup timer left behind fires as a timer without
+    rows, which still moves ``lastTriggeringTs``."""
+    return time + (preceding_ms + preceding_ms // 2 + 1)
+
+
+def over_clears(timer: T, cleanup: T) -> Any:
+    """``onTimer``: a timer at or after the key's cleanup time clears its state instead of
+    emitting."""
+    return timer >= cleanup
+
+
 class TriggerRule(Protocol):
     """What :func:`on_element` needs of a trigger: its ``onElement`` before and after the
     watermark passed ``maxTs`` (a firing, or None: wait for the timer)."""

@@ -1,7 +1,7 @@
 """The sessions' ``mapInArrow`` function: one partition's rows, sorted by key and processing
 order, in; firings, dropped records and status counts out.
 
-Whole keys are taken a chunk at a time (:func:`_whole_keys`). A chunk's simple stretches
+Whole keys are taken a chunk at a time (:func:`whole_keys`). A chunk's simple stretches
 (:mod:`session_groups`: a key's runs of records whose sessions never merge, nearly all) are
 computed by segmented numpy operations; the other rows stream through one
 :class:`MergingWindowSet` per key. Every output row says what it is in :data:`KIND_OF_ROW`:
@@ -106,8 +106,8 @@ class SessionReplay:
         self, batches: Iterator[pa.RecordBatch], clock: WatermarkTimeline | ProcessingClock
     ) -> Iterator[pa.RecordBatch]:
         counts = dict.fromkeys(STATUSES, 0)
-        for chunk in _whole_keys(batches, self.width, self.chunk_rows):
-            starts = _key_starts(chunk, self.width)
+        for chunk in whole_keys(batches, self.width, self.chunk_rows):
+            starts = key_starts(chunk, self.width)
             rest = np.arange(len(chunk))
             if self.vectorised:
                 simple, output = self._simple(chunk, starts, clock, counts)
@@ -321,7 +321,7 @@ def _at(position: tuple) -> dict:
     return {f"{AT}{name}": value for (name, _), value in zip(FIELDS, position, strict=True)}
 
 
-def _key_starts(table: pa.Table, width: int) -> np.ndarray:
+def key_starts(table: pa.Table, width: int) -> np.ndarray:
     """Per row: is it its key's first (rows sorted by key)?"""
     starts = np.zeros(len(table), dtype=bool)
     if len(table):
@@ -337,7 +337,7 @@ def _key_starts(table: pa.Table, width: int) -> np.ndarray:
     return starts
 
 
-def _whole_keys(batches: Iterator[pa.RecordBatch], width: int, rows: int) -> Iterator[pa.Table]:
+def whole_keys(batches: Iterator[pa.RecordBatch], width: int, rows: int) -> Iterator[pa.Table]:
     """The batches regrouped into tables of about ``rows`` rows, each holding whole keys
     (a key larger than that is one table)."""
     pending: list[pa.RecordBatch] = []
@@ -347,7 +347,7 @@ def _whole_keys(batches: Iterator[pa.RecordBatch], width: int, rows: int) -> Ite
             continue
         if pending:  # the batch's key starts, its first row compared with the row before
             joined = pa.Table.from_batches([pending[-1].slice(pending[-1].num_rows - 1), batch])
-            starts = np.flatnonzero(_key_starts(joined, width)[1:])
+            starts = np.flatnonzero(key_starts(joined, width)[1:])
         else:
             starts = np.array([0])
         if starts.size:

@@ -12,13 +12,14 @@ cached: it is read three times.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.broadcast import Broadcast
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Aggregation
@@ -64,39 +65,60 @@ def session_firings(
     the cached replay output (release it after use). ``watermark_timeline`` (``_pos``,
     ``_w``) is the combined watermark's changes; None for processing-time sessions."""
     event_time = window.domain == "event"
-    timeline = _broadcast(records, watermark_timeline) if event_time else None
+    timeline = broadcast_timeline(records, watermark_timeline) if event_time else None
     lateness = trigger.allowed_lateness_ms if event_time else 0
     columns = list(dict.fromkeys(a.column for a in aggregations))
     types = records.select(*keys, *columns).schema
     replay = SessionReplay(
         len(keys), columns, aggregations, window.gap_ms, trigger, lateness, types
     )
+    out = replayed_per_key(
+        records,
+        keys,
+        window.time(),
+        columns,
+        lambda batches: replay(batches, timeline.value if timeline else ProcessingClock()),
+        output_schema(types, len(keys), aggregations),
+    )
+    return (*read_replay(out, keys, aggregations), out)
+
+
+def replayed_per_key(
+    records: DataFrame,
+    keys: Sequence[str],
+    time: Column,
+    values: Sequence[str],
+    replay: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    schema: StructType,
+) -> DataFrame:
+    """``replay`` (a ``mapInArrow`` function) over each key's records in processing order, as
+    the driver's rules have it: keys, ``time``, the position's fields and ``values`` (columns,
+    read by position) in; ``schema`` out, cached (the output is read several times)."""
     substituted = rules.substituted()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         with rules.following(substituted):
-            yield from replay(batches, timeline.value if timeline else ProcessingClock())
+            yield from replay(batches)
 
-    out = (
+    return (
         records.select(
             *keys,
-            window.time().alias(_TIME),
+            time.alias(_TIME),
             PROCESSING_TIME,
             TOPIC,
             PARTITION,
             OFFSET,
-            # the replay reads values by position; renamed, a key counted is not a second key
-            *[F.col(c).alias(f"_value_{i}") for i, c in enumerate(columns)],
+            # read by position; renamed, a key aggregated is not a second key
+            *[F.col(c).alias(f"_value_{i}") for i, c in enumerate(values)],
         )
         .repartition(*keys)
         .sortWithinPartitions(*keys, PROCESSING_TIME, TOPIC, PARTITION, OFFSET)
-        .mapInArrow(run, output_schema(types, len(keys), aggregations))
+        .mapInArrow(run, schema)
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
-    return (*_read(out, keys, aggregations), out)
 
 
-def _broadcast(records: DataFrame, watermark_timeline: DataFrame) -> Broadcast:
+def broadcast_timeline(records: DataFrame, watermark_timeline: DataFrame) -> Broadcast:
     """The combined watermark's changes, collected in position order and broadcast: one row
     per change, small beside the records."""
     with stage("watermark"):
@@ -107,7 +129,7 @@ def _broadcast(records: DataFrame, watermark_timeline: DataFrame) -> Broadcast:
         return records.sparkSession.sparkContext.broadcast(WatermarkTimeline.from_arrow(ordered))
 
 
-def _read(
+def read_replay(
     out: DataFrame, keys: Sequence[str], aggregations: Sequence[Aggregation]
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """The replay's output as (firings, dropped, statuses)."""

@@ -3,7 +3,9 @@
 Windows are ``[start, end)`` with epoch-aligned starts (shifted by ``offset``), as Flink's
 ``TimeWindow.getWindowStartWithOffset``; ``maxTs = end - 1 ms`` is the instant whose
 watermark (event time) or clock (processing time) fires the window. ``domain`` says which
-time places a record: its event time, or its inferred processing time.
+time places a record: its event time, or its inferred processing time. ``assigned``: a
+record's windows follow from its time alone (``assign``); sessions merge as records arrive,
+and an OVER window is each row's own.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class TumblingWindows:
     offset_ms: int = 0
     domain: Domain = "event"
     merges: ClassVar[bool] = False
+    assigned: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms)
@@ -85,6 +88,7 @@ class SlidingWindows:
     offset_ms: int = 0
     domain: Domain = "event"
     merges: ClassVar[bool] = False
+    assigned: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_window(self.domain, size=self.size_ms, slide=self.slide_ms)
@@ -131,6 +135,7 @@ class CumulativeWindows:
     offset_ms: int = 0
     domain: Literal["event"] = "event"
     merges: ClassVar[bool] = False
+    assigned: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.domain != "event":
@@ -172,10 +177,42 @@ class SessionWindows:
     gap_ms: int
     domain: Domain = "event"
     merges: ClassVar[bool] = True
+    assigned: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         check_window(self.domain, gap=self.gap_ms)
 
     def time(self) -> Column:
         """The time that places a record: its event or processing time."""
+        return _time(self.domain)
+
+
+@dataclass(frozen=True)
+class OverWindows:
+    """Flink SQL's event-time ``OVER (PARTITION BY keys ORDER BY rowtime RANGE BETWEEN
+    INTERVAL preceding PRECEDING AND CURRENT ROW)``: every row of a key is written out with the
+    aggregate of that key's rows whose times are within ``preceding_ms`` before its own, up to
+    and including it: the window ``[t - preceding, t + 1)``. A row waits for the watermark to
+    reach its time, and a row no later than the last time its key emitted is dropped
+    (:mod:`feast_stream_backfill.over_replay`); there is no other trigger and no lateness.
+    """
+
+    preceding_ms: int
+    domain: Literal["event"] = "event"
+    merges: ClassVar[bool] = False
+    assigned: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if self.domain != "event":
+            raise ValueError(
+                "OVER windows are modelled over an event-time attribute (ORDER BY a rowtime "
+                f"column): domain must be 'event', got {self.domain!r}"
+            )
+        if self.preceding_ms < 0:
+            raise ValueError(
+                f"an OVER window's preceding range must be >= 0 ms, got {self.preceding_ms}"
+            )
+
+    def time(self) -> Column:
+        """The time that places a row: its event time."""
         return _time(self.domain)

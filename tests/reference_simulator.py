@@ -43,6 +43,7 @@ class Job:
     idleness: int = 0  # withIdleness(T); 0: off
     gap: int = 0  # > 0: session windows with this gap (size and slide unused)
     step: int = 0  # > 0: cumulative windows [start, start + k * step), k * step <= size
+    over: int | None = None  # Flink SQL's event-time OVER, RANGE of this many ms PRECEDING
 
 
 class Split:
@@ -155,6 +156,14 @@ def simulate(
     dropped: dict[tuple, int] = defaultdict(int)  # (key, start) -> n, over the start's windows
     status: dict[str, int] = dict.fromkeys(STATUSES, 0)
     buffered: dict[tuple, int] = defaultdict(int)  # window -> records awaiting its timer
+    # OVER (RowTimeRangeBoundedPrecedingFunction): per key, its rows in state by time, the
+    # SUM's running accumulator (added and retracted as Flink does: rounding and NaN stay),
+    # lastTriggeringTs (0: none) and the cleanup timer's time; timers (time, key)
+    over_rows: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    over_sum: dict[str, float | None] = defaultdict(lambda: None)
+    over_last: dict[str, int] = defaultdict(int)
+    over_cleanup: dict[str, int] = {}
+    over_timers: set[tuple[int, str]] = set()
 
     def emit(key: str, start: int, end: int, now: int, firing: str) -> None:
         values = contents[(key, start, end)]
@@ -178,6 +187,7 @@ def simulate(
         """Each source combines its splits, the operator takes MIN over sources (or the seed's
         MAX over every partition); no watermark ever goes down. Then due timers fire."""
         nonlocal watermark
+        before = watermark
         if job.combine == "max":
             watermark = max(watermark, max(s.partial for s in splits.values()))
         else:
@@ -187,6 +197,10 @@ def simulate(
         for timer in sorted(t for t in event_timers if t[0] <= watermark):
             event_timers.discard(timer)
             emit(*timer[1:], now, "on_time")
+        if watermark > before:  # a watermark only reaches the operator when it rises
+            for time, key in sorted(t for t in over_timers if t[0] <= watermark):
+                over_timers.discard((time, key))
+                over_fire(key, time, now)
         purge_sessions(lambda max_ts: max_ts + job.lateness <= watermark)
 
     def purge_sessions(expired) -> None:
@@ -196,6 +210,60 @@ def simulate(
             for start, end in [w for w in sessions if expired(w[1] - 1)]:
                 sessions.discard((start, end))
                 del contents[(key, start, end)]
+
+    def over_fire(key: str, time: int, now: int) -> None:
+        """``onTimer``: a cleanup timer due clears the key's state; otherwise the rows at
+        ``time`` (if any) are added after those more than ``over`` ms older are retracted (in
+        time order, as RocksDB iterates), and each is emitted with the result. Any timer,
+        with rows or not, becomes the key's lastTriggeringTs."""
+        cleanup = over_cleanup.get(key)
+        if cleanup is not None and cleanup <= time:
+            for state in (over_rows, over_sum, over_last, over_cleanup):
+                state.pop(key, None)
+            return
+        rows = over_rows[key]
+        if time in rows:
+            gone = [t for t in sorted(rows) if time - t > job.over]
+            for t in gone:
+                for v in rows[t]:
+                    over_sum[key] = -v if over_sum[key] is None else over_sum[key] - v
+            for v in rows[time]:
+                over_sum[key] = v if over_sum[key] is None else over_sum[key] + v
+            for t in gone:
+                del rows[t]
+            values = [v for t in sorted(rows) if t <= time for v in rows[t]]
+            for _ in rows[time]:
+                emissions.append(
+                    (
+                        key,
+                        time - job.over,
+                        time + 1,
+                        now + job.operator_delay,
+                        "on_time",
+                        len(values),
+                        over_sum[key],
+                        java_min(values),
+                        java_max(values),
+                    )
+                )
+                status["on_time"] += 1
+        over_last[key] = time
+
+    def over_add(r: Record) -> None:
+        """``processElement``: a row no later than the key's lastTriggeringTs is dropped;
+        otherwise kept with a timer at its time, and the cleanup timer pushed to at least
+        ``over`` ms past it."""
+        time, key = r.et, r.key
+        if time <= over_last[key]:
+            dropped[(key, time - job.over)] += 1
+            status["dropped"] += 1
+            return
+        over_rows[key].setdefault(time, []).append(r.value)
+        over_timers.add((time, key))
+        cleanup = over_cleanup.get(key)
+        if cleanup is None or cleanup < time + job.over + 1:
+            over_cleanup[key] = time + int(job.over * 1.5) + 1
+            over_timers.add((over_cleanup[key], key))
 
     def tick(now: int) -> None:
         """The periodic timer: idleness checks, periodic emission, then the combination."""
@@ -251,7 +319,10 @@ def simulate(
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        for start, end in windows_for(time, r) if r.key is not None else []:
+        if job.over is not None and r.key is not None:
+            over_add(r)
+        assigned = r.key is not None and job.over is None
+        for start, end in windows_for(time, r) if assigned else []:
             window = (r.key, start, end)
             max_ts = end - 1
             if job.domain == "event" and max_ts + job.lateness <= watermark:
@@ -291,6 +362,12 @@ def simulate(
 
     if counts is not None:
         status["pending"] += sum(buffered.values())
+        status["pending"] += sum(
+            len(values)
+            for key, rows in over_rows.items()
+            for time, values in rows.items()
+            if time > over_last[key]
+        )
         counts.update(status)
 
     sequence: dict[tuple, int] = defaultdict(int)

@@ -48,6 +48,7 @@ from feast_stream_backfill import (
     Backfill,
     CumulativeWindows,
     EventTimeTrigger,
+    OverWindows,
     PerRecordTrigger,
     ProcessingTimeModel,
     ProcessingTimeTrigger,
@@ -94,7 +95,9 @@ T = TypeVar("T")
 
 def plugin_window(
     job: Job,
-) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows:
+) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
+    if job.over is not None:
+        return OverWindows(job.over)
     if job.gap:
         return SessionWindows(job.gap, job.domain)
     if job.step:
@@ -280,7 +283,7 @@ def archive(rng: Chooser, topics: Sequence[str], values: Sequence[float]) -> lis
 
 #: The options whose every pair of values the table covers (booleans: off / on).
 OPTIONS: dict[str, tuple] = {
-    "kind": ("tumbling", "sliding", "session"),
+    "kind": ("tumbling", "sliding", "session", "over"),
     "domain": ("event", "processing"),
     "emission": ("periodic", "on_event"),
     "trigger": ("default", "per_record"),
@@ -298,7 +301,14 @@ OPTIONS: dict[str, tuple] = {
 
 
 def valid(row: Mapping[str, object]) -> bool:
-    """Can a (partial) row be a job? Idleness is modelled for one topic combined by MIN only."""
+    """Can a (partial) row be a job? Idleness is modelled for one topic combined by MIN only;
+    OVER windows are event time's, fired by the watermark alone, without lateness."""
+    if row.get("kind") == "over" and (
+        row.get("domain") == "processing"
+        or row.get("trigger") == "per_record"
+        or row.get("lateness")
+    ):
+        return False
     return not row.get("idleness") or (row.get("topics", 1) == 1 and row.get("combine") != "max")
 
 
@@ -364,6 +374,7 @@ def _drawn_case(rng: random.Random, row: Mapping) -> tuple[list[Record], Job]:
         min_delay=10 if row["d2"] else 0,
         operator_delay=5 if row["d3"] else 0,
         idleness=rng.choice([10, 60, 300]) if row["idleness"] else 0,
+        over=rng.choice([0, 15, 100]) if row["kind"] == "over" else None,
     )
     return shifted(records, row["base"]), job
 
@@ -372,7 +383,13 @@ def options_of(records: list[Record], job: Job) -> dict[str, object]:
     """A case's option values, read from its job and archive (not from its table row); "nan":
     a NaN was aggregated with other values in an emission."""
     return {
-        "kind": "session" if job.gap else "sliding" if job.slide else "tumbling",
+        "kind": "over"
+        if job.over is not None
+        else "session"
+        if job.gap
+        else "sliding"
+        if job.slide
+        else "tumbling",
         "domain": job.domain,
         "emission": job.emission,
         "trigger": job.trigger,
@@ -421,7 +438,13 @@ def test_table_rows_as_spark_ships(spark_as_shipped, row):
 def test_the_table_covers_every_valid_pair():
     """Every pair of option values a valid job can have is in some row, as read from the
     rows' jobs and archives; and every row is a job the plugin and Flink both express."""
-    invalid = [{("idleness", True), ("topics", 2)}, {("idleness", True), ("combine", "max")}]
+    invalid = [
+        {("idleness", True), ("topics", 2)},
+        {("idleness", True), ("combine", "max")},
+        {("kind", "over"), ("domain", "processing")},
+        {("kind", "over"), ("trigger", "per_record")},
+        {("kind", "over"), ("lateness", True)},
+    ]
     wanted = {
         ((a, x), (b, y))
         for a, b in itertools.combinations(OPTIONS, 2)
@@ -429,7 +452,8 @@ def test_the_table_covers_every_valid_pair():
         for y in OPTIONS[b]
         if {(a, x), (b, y)} not in invalid
     }
-    assert len(wanted) == 3 * 3 + 2 * 12 * 3 * 2 + 66 * 2 * 2 - 2  # 2 three-valued, 12 two-
+    # kind four-valued, interval three-valued, 12 two-valued; 5 pairs invalid
+    assert len(wanted) == 4 * 3 + (4 + 3) * 12 * 2 + 66 * 2 * 2 - 5
     covered = set().union(*(pairs_of(options_of(*case)) for case in TABLE))
     assert sorted(wanted - covered) == []
     for records, job in TABLE:

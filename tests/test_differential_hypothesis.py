@@ -127,3 +127,30 @@ def test_a_record_filter_equals_the_simulator_of_those_records_without_keys(
         assert actual_dropped == dropped, strategy
         assert {k: stats.get(k) for k in expected} == expected, strategy
         CHECKED[strategy.name] += 1
+
+
+#: OVER windows (Flink SQL's event-time OVER ... RANGE PRECEDING) with every other option
+#: drawn as in ``jobs``, but the watermark's firing without lateness, all Flink SQL gives them.
+over_jobs = st.tuples(jobs, st.sampled_from([0, 15, 100])).map(
+    lambda drawn: replace(
+        drawn[0],
+        gap=0,
+        slide=0,
+        step=0,
+        over=drawn[1],
+        domain="event",
+        trigger="default",
+        lateness=0,
+    )
+)
+
+
+@given(records=archives(), job=over_jobs, base=st.sampled_from([0, REALISTIC]))
+def test_over_backfill_equals_reference_simulator(spark, records, job, base):
+    """OVER windows (the over strategy's alone) equal the simulator: rows emitted as the
+    watermark rises to them, dropped behind their key's last emission, retracted out of
+    range, the state's cleanup."""
+    assume(records)
+    records, job = shifted(records, base), modelled(job, records)
+    assert plan(stream_job(spark, records, job)).strategy.name == "over"
+    check(spark, records, job)

@@ -15,6 +15,7 @@ from feast_stream_backfill import (
     ArchivedTopic,
     BadArchiveError,
     EventTimeTrigger,
+    OverWindows,
     PerRecordTrigger,
     SessionWindows,
     SlidingWindows,
@@ -84,6 +85,8 @@ def test_refuses_sessions_per_topic_bounds_and_conflicts(spark):
     df = archive(spark, [(0, 0, 1_000, "u1", 1.0)])
     with pytest.raises(ValueError, match="session windows are not supported"):
         prepare(spark, job_of(df, SessionWindows(1_000)))
+    with pytest.raises(ValueError, match="OVER windows are not supported"):
+        prepare(spark, job_of(df, OverWindows(1_000)))
     topic = ArchivedTopic("t", dataframe=df, out_of_orderness_ms=5)
     job = StreamJob([topic], ["user"], TumblingWindows(10), AGGREGATIONS)
     with pytest.raises(ValueError, match="own out-of-orderness bound"):

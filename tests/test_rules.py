@@ -90,6 +90,25 @@ CASES = [
     Case("clock_fires_at", rules.clock_fires_at, ((9,), (-1,)), (10, 0)),
     Case("clock_watermark", rules.clock_watermark, ((10,), (0,)), (9, -1)),
     Case("choose", lambda c: rules.choose(c > 0, 1, 2), ((1,), (0,)), (1, 2)),
+    # RANGE 600 PRECEDING: the row at 1000 aggregates from 400 on
+    Case("over_start", lambda t: rules.over_start(t, 600), ((1_000,), (0,)), (400, -600)),
+    # last emitted at 1000: a row at 1000 is dropped, one at 1001 waits
+    Case("over_dropped", rules.over_dropped, ((1_000, 1_000), (1_001, 1_000)), (True, False)),
+    # preceding 600: a row at 500 moves a cleanup at 1100 (< 500 + 601), not one at 1101
+    Case(
+        "over_cleanup_renewed",
+        lambda c, t: rules.over_cleanup_renewed(c, t, 600),
+        ((1_100, 500), (1_101, 500)),
+        (True, False),
+    ),
+    # (long) (601 * 1.5) = 901: cleanup 902 after the row
+    Case(
+        "over_cleanup_time",
+        lambda t: rules.over_cleanup_time(t, 601),
+        ((1_000,), (0,)),
+        (1_902, 902),
+    ),
+    Case("over_clears", rules.over_clears, ((902, 902), (901, 902)), (True, False)),
     # EventTimeTrigger: dropped where the state is gone, else LATE past maxTs, else waiting
     Case(
         "on_element",

@@ -27,9 +27,10 @@ from feast_stream_backfill.watermarks import WatermarkStrategy
 def check_explainable(job: StreamJob) -> None:
     """Refuse, with the reason, the jobs whose cost B and L cannot change or that have no
     closed form to share."""
-    if job.window.merges:
+    if not job.window.assigned:
+        kind = "session" if job.window.merges else "OVER"
         raise ValueError(
-            "explain: session windows are not supported (their firings come from a replay per "
+            f"explain: {kind} windows are not supported (their firings come from a replay per "
             "key, with nothing to share across watermark settings); tumbling and sliding are"
         )
     if job.window.domain != "event":

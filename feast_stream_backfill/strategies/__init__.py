@@ -9,10 +9,12 @@ what they cost:
 - :class:`~feast_stream_backfill.strategies.aligned_unsorted.AlignedWithoutSort`: aligned
   event-time windows fired by periodic watermarks, with D1 = 0: never sorts the records;
 - :class:`~feast_stream_backfill.strategies.aligned_in_order.AlignedInProcessingOrder`:
-  windows that do not merge, in either time domain, any trigger: each record's own
+  windows assigned by time, in either time domain, any trigger: each record's own
   processing time and place in the processing order;
 - :class:`~feast_stream_backfill.strategies.merging.MergingWindows`: session windows,
-  replayed per key in processing order.
+  replayed per key in processing order;
+- :class:`~feast_stream_backfill.strategies.over.OverRows`: OVER windows, each key's rows
+  replayed in processing order.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class AlignedInProcessingOrder:
     name: str = "aligned-in-order"
 
     def conditions(self, job: StreamJob) -> list[Condition]:
-        return [Condition("windows that do not merge", not job.window.merges)]
+        return [Condition("windows assigned by time", job.window.assigned)]
 
     def judge(self, job: StreamJob, distinct: DataFrame, windowed: DataFrame) -> Judged:
         """Judge every (record, window) pair of ``windowed`` (records with their windows

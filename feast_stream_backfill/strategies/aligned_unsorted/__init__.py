@@ -92,7 +92,7 @@ class AlignedWithoutSort:
         return [
             Condition("D1 = 0", job.processing_time.min_gap_ms == 0),
             Condition("event-time windows", job.window.domain == "event"),
-            Condition("windows that do not merge", not job.window.merges),
+            Condition("windows assigned by time", job.window.assigned),
             Condition("the event-time trigger", isinstance(trigger, EventTimeTrigger)),
             Condition("no allowed lateness", trigger.allowed_lateness_ms == 0),
             Condition("periodic watermarks", job.watermark.emission == "periodic"),

@@ -1,0 +1,225 @@
+"""OVER windows' ``mapInArrow`` function: one partition's rows, sorted by key and processing
+order, in; emissions, dropped rows and status counts out, in the session replay's shape
+(:func:`session_replay.output_schema`).
+
+Each key replays Flink SQL's ``RowTimeRangeBoundedPrecedingFunction`` against the combined
+watermark's timeline, with the model's rules (``rules.over_*``): a row waits for a timer at its
+own time, which fires at the first rise of the watermark to it after the row came; the timer
+retracts the rows that fell out of range, adds the rows of its time and writes each of them out
+with the result. What a row sees depends on every timer its key fired before it (the time it
+last emitted, the cleanup timers), so a key is replayed in order, row by row: no Spark window
+function or join states a keyed timer service's order, and no library replays one.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from feast_stream_backfill import rules
+from feast_stream_backfill.aggregations import Aggregation, Function
+from feast_stream_backfill.merging_window_set import WatermarkTimeline
+from feast_stream_backfill.processing_order import FIELDS
+from feast_stream_backfill.session_replay import (
+    CHUNK_ROWS,
+    COUNT,
+    KIND_OF_ROW,
+    key_starts,
+    output_schema,
+    whole_keys,
+)
+from feast_stream_backfill.triggers import DROPPED, ON_TIME, PENDING, STATUSES
+
+
+class KeyOverState:
+    """One key's state in ``RowTimeRangeBoundedPrecedingFunction``: rows waiting for their
+    timers, rows emitted and still in range (time order: the order Flink's RocksDB state
+    retracts them in, which decides a floating sum's rounding), the accumulators,
+    ``lastTriggeringTs``, the cleanup time and the pending timers (one per time, as Flink's
+    timer service keeps them), each with the timeline change it fires at."""
+
+    def __init__(self, preceding: int, functions: Sequence[Function], timeline: WatermarkTimeline):
+        self.preceding, self.functions, self.timeline = preceding, functions, timeline
+        self.firings: list[tuple] = []  # (time, rows, record count, values, change index)
+        self.dropped: dict[int, int] = {}
+        self._clear()
+        self._timers: dict[int, int] = {}
+        self._due: list[tuple[int, int]] = []  # (change index, time), a heap
+
+    def _clear(self) -> None:
+        self.waiting: dict[int, list[list]] = {}
+        self.held: deque[tuple[int, list]] = deque()
+        self.accumulators = [f.zero for f in self.functions]
+        self.last = 0
+        self.cleanup: int | None = None
+
+    def add(self, time: int, values: list, seen: int) -> None:
+        """A row at event ``time`` arrives after ``seen`` changes of the watermark."""
+        self.fire_before(seen)
+        if rules.over_dropped(time, self.last):
+            self.dropped[time] = self.dropped.get(time, 0) + 1
+            return
+        self.waiting.setdefault(time, []).append(values)
+        self._timer(time, seen)
+        if self.cleanup is None or rules.over_cleanup_renewed(self.cleanup, time, self.preceding):
+            self.cleanup = rules.over_cleanup_time(time, self.preceding)
+            self._timer(self.cleanup, seen)
+
+    def _timer(self, time: int, seen: int) -> None:
+        """Register a timer: it fires at the first change after the ``seen`` ones that reaches
+        its time (a watermark reaches the operator only when it rises)."""
+        if time in self._timers:
+            return
+        change = max(seen, int(np.searchsorted(self.timeline.values, time, "left")))
+        self._timers[time] = change
+        heapq.heappush(self._due, (change, time))
+
+    def fire_before(self, change: int) -> None:
+        """Fire the timers due at changes before ``change``, in Flink's order: by change, then
+        by time."""
+        while self._due and self._due[0][0] < change:
+            at, time = heapq.heappop(self._due)
+            del self._timers[time]
+            self._on_timer(time, at)
+
+    def _on_timer(self, time: int, at: int) -> None:
+        if self.cleanup is not None and rules.over_clears(time, self.cleanup):
+            self._clear()
+            return
+        rows = self.waiting.pop(time, None)
+        if rows:
+            first = rules.over_start(time, self.preceding)
+            while self.held and self.held[0][0] < first:
+                _, gone = self.held.popleft()
+                self._fold(gone, retract=True)
+            for row in rows:
+                self._fold(row, retract=False)
+                self.held.append((time, row))
+            self.firings.append((time, len(rows), len(self.held), self._results(), at))
+        self.last = time
+
+    def _fold(self, row: list, retract: bool) -> None:
+        for i, (f, value) in enumerate(zip(self.functions, row, strict=True)):
+            if value is not None and f.retract is not None:
+                acc = self.accumulators[i]
+                self.accumulators[i] = f.retract(acc, value) if retract else f.add(acc, value)
+
+    def _results(self) -> list:
+        results = []
+        for i, f in enumerate(self.functions):
+            acc = self.accumulators[i]
+            if f.retract is None:  # taken afresh from the rows held
+                acc = f.zero
+                for _, row in self.held:
+                    if row[i] is not None:
+                        acc = f.add(acc, row[i])
+            results.append(f.result(acc))
+        return results
+
+
+class OverReplay:
+    """The ``mapInArrow`` function: rows sorted by key and processing order in (keys, event
+    time, the position's fields, the aggregated values), whole keys a chunk at a time, each
+    replayed by a :class:`KeyOverState`."""
+
+    def __init__(
+        self,
+        width: int,
+        aggregations: Sequence[Aggregation],
+        preceding: int,
+        types: StructType,
+        chunk_rows: int = CHUNK_ROWS,
+    ) -> None:
+        """``types``: the keys' and the aggregated columns' (the input holds one value per
+        aggregation, in order)."""
+        self.width, self.aggregations, self.preceding = width, aggregations, preceding
+        self.functions = [a.rules for a in aggregations]
+        self.chunk_rows = chunk_rows
+        self.schema = to_arrow_schema(output_schema(types, width, aggregations), timezone="UTC")
+
+    def __call__(
+        self, batches: Iterator[pa.RecordBatch], timeline: WatermarkTimeline
+    ) -> Iterator[pa.RecordBatch]:
+        counts = dict.fromkeys(STATUSES, 0)
+        rows: list[tuple] = []
+        w = self.width
+        for chunk in whole_keys(batches, w, self.chunk_rows):
+            pt, topic, partition, offset = (chunk.column(w + i) for i in range(1, 5))
+            seen = timeline.changes_before_each(
+                pt.to_numpy(), topic.combine_chunks(), partition.to_numpy(), offset.to_numpy()
+            ).tolist()
+            starts = key_starts(chunk, w)
+            columns = [c.to_pylist() for c in chunk.columns]
+            keys, times = list(zip(*columns[:w], strict=True)), columns[w]
+            values = list(zip(*columns[w + 5 :], strict=True))
+            state: KeyOverState | None = None
+            for i in range(len(chunk)):
+                if starts[i]:
+                    if state is not None:
+                        self._finish(keys[i - 1], state, rows, counts)
+                    state = KeyOverState(self.preceding, self.functions, timeline)
+                state.add(times[i], list(values[i]), seen[i])
+            if state is not None:
+                self._finish(keys[-1], state, rows, counts)
+            if rows:
+                yield self._rows(rows)
+        yield self._statuses(counts)
+
+    def _finish(self, key: tuple, state: KeyOverState, rows: list, counts: dict) -> None:
+        state.fire_before(len(state.timeline))
+        nowhere = (None,) * len(FIELDS)
+        no_values = (None,) * len(self.aggregations)
+        for time, n, held, values, at in state.firings:
+            start = rules.over_start(time, self.preceding)
+            firing = (
+                *key,
+                "firing",
+                start,
+                time + 1,
+                *state.timeline.position(at),
+                False,
+                ON_TIME,
+                held,
+                None,
+                *values,
+            )
+            rows.extend([firing] * n)
+            counts[ON_TIME] += n
+        for time, n in state.dropped.items():
+            start = rules.over_start(time, self.preceding)
+            rows.append(
+                (*key, "dropped", start, time + 1, *nowhere, None, None, None, n, *no_values)
+            )
+            counts[DROPPED] += n
+        counts[PENDING] += sum(len(r) for r in state.waiting.values())
+
+    def _statuses(self, counts: dict) -> pa.RecordBatch:
+        n = len(counts)
+        arrays = []
+        for field in self.schema:
+            if field.name == KIND_OF_ROW:
+                arrays.append(pa.array(["status"] * n, field.type))
+            elif field.name == "firing":
+                arrays.append(pa.array(list(counts), field.type))
+            elif field.name == COUNT:
+                arrays.append(pa.array(list(counts.values()), field.type))
+            else:
+                arrays.append(pa.nulls(n, field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _rows(self, rows: list[tuple]) -> pa.RecordBatch:
+        out = pa.RecordBatch.from_arrays(
+            [
+                pa.array(c, type=t)
+                for c, t in zip(zip(*rows, strict=True), self.schema.types, strict=True)
+            ],
+            schema=self.schema,
+        )
+        rows.clear()
+        return out

@@ -1,0 +1,142 @@
+"""OVER windows (Flink SQL's event-time ``OVER (... RANGE BETWEEN p PRECEDING AND CURRENT
+ROW)``), hand-computed: the backfill and the reference simulator against the same figures.
+
+Both archives are one partition read in order (D1 = D2 = 0: a record is read at the highest
+event time so far), ticks every ``I`` ms from the first multiple at or after the first record,
+the watermark ``highest - B - 1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from feast_stream_backfill import (
+    Aggregation,
+    ArchivedTopic,
+    EventTimeTrigger,
+    OverWindows,
+    StreamJob,
+    WatermarkStrategy,
+    backfill,
+)
+from tests.conftest import archive, collect_log
+from tests.reference_simulator import Job, Record, simulate
+
+#: RANGE 100 PRECEDING, B = 9, I = 50. (offset, event time, amount), key "a":
+#: read at 1000, 1100, 1100, 1150, 1200, 1200, 1200, 1300, 1300.
+WAITING_ROWS = [
+    (0, 1000, 1.0),
+    (1, 1100, 2.0),
+    (2, 1000, 4.0),  # the time of offset 0: both are written when 1000 fires
+    (3, 1150, 16.0),
+    (4, 1200, 64.0),
+    (5, 1050, 32.0),  # at or before 1100, the key's last timer: dropped
+    (6, 1120, 128.0),  # behind the watermark (1140) but after 1100: written at the next rise
+    (7, 1300, 256.0),  # its timer never fires: pending
+    (8, 1151, 512.0),  # dropped: a stale cleanup timer at 1151 moved lastTriggeringTs
+]
+#: (start, end, emit time, sequence, firing, count, sum, min, max) of key "a".
+WAITING_LOG = [
+    # tick 1100, W = 1090: the two rows at 1000, each written with both
+    (900, 1001, 1100, 0, "on_time", 2, 5.0, 1.0, 4.0),
+    (900, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
+    # tick 1150, W = 1140: 1100 with 1000 (exactly 100 before: in range)
+    (1000, 1101, 1150, 0, "on_time", 3, 7.0, 1.0, 4.0),
+    # tick 1200, W = 1190: 1120 (the rows at 1000 retracted: 1120 - 1000 > 100), then 1150;
+    # then the cleanup timer 1000 + 150 + 1 = 1151 left behind when 1100 renewed it: no rows,
+    # but lastTriggeringTs = 1151
+    (1020, 1121, 1200, 0, "on_time", 2, 130.0, 2.0, 128.0),
+    (1050, 1151, 1200, 1, "on_time", 3, 146.0, 2.0, 128.0),
+    # tick 1300, W = 1290: 1200 with 1100, 1120, 1150
+    (1100, 1201, 1300, 0, "on_time", 4, 210.0, 2.0, 128.0),
+]
+WAITING_DROPPED = {("a", 950): 1, ("a", 1051): 1}
+
+#: RANGE 10 PRECEDING, B = 0, I = 10. (offset, event time, key, amount): read at 100, 105, 112,
+#: 200, 210, 210.
+CLEARED_ROWS = [
+    (0, 100, "a", 0.1),
+    (1, 105, "a", 0.2),
+    (2, 112, "a", 0.7),
+    (3, 200, "b", 1.0),
+    (4, 210, "b", 1.0),
+    # a's state was cleared at 128 (tick 200): lastTriggeringTs is 0 again, so 120 is taken
+    # (it was 128: dropped otherwise) and aggregated alone (112 would be in range)
+    (5, 120, "a", 2.0),
+]
+CLEARED_LOG = [
+    ("a", 90, 101, 110, 0, "on_time", 1, 0.1, 0.1, 0.1),
+    ("a", 95, 106, 120, 0, "on_time", 2, 0.1 + 0.2, 0.1, 0.2),
+    # 100 retracted from the running sum, then 112 added, in Flink's order: 0.9, where the
+    # sum of 0.2 and 0.7 afresh is 0.8999999999999999. Then the cleanup timer: 112 + 16 = 128
+    ("a", 102, 113, 200, 0, "on_time", 2, 0.1 + 0.2 - 0.1 + 0.7, 0.2, 0.7),
+    ("a", 110, 121, 210, 0, "on_time", 1, 2.0, 2.0, 2.0),
+    ("b", 190, 201, 210, 0, "on_time", 1, 1.0, 1.0, 1.0),
+]
+
+
+def _job(spark, rows: list[tuple], preceding: int, bound: int, interval: int) -> StreamJob:
+    return StreamJob(
+        topics=[ArchivedTopic("clicks", dataframe=archive(spark, rows))],
+        keys=["user"],
+        window=OverWindows(preceding),
+        aggregations=[Aggregation("amount", f, f) for f in ("sum", "min", "max")],
+        watermark=WatermarkStrategy(out_of_orderness_ms=bound, interval_ms=interval),
+    )
+
+
+def _simulated(rows: list[tuple], preceding: int, bound: int, interval: int) -> tuple:
+    records = [Record("clicks", p, o, et, key, v) for p, o, et, key, v in rows]
+    counts: dict[str, int] = {}
+    emissions, dropped = simulate(
+        records, Job(size=1, over=preceding, bound=bound, interval=interval), counts
+    )
+    return sorted(emissions), dropped, counts
+
+
+def _backfilled(spark, rows: list[tuple], preceding: int, bound: int, interval: int) -> tuple:
+    result = backfill(spark, _job(spark, rows, preceding, bound, interval))
+    try:
+        emissions, dropped = collect_log(result)
+        counts = {k.removeprefix("records_"): v for k, v in result.stats.items()}
+    finally:
+        result.release()
+    return sorted(emissions), dropped, counts
+
+
+RUNS = {"backfill": _backfilled, "simulator": lambda spark, *args: _simulated(*args)}
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_row_waits_for_the_watermark_to_rise_to_it_and_is_dropped_behind_its_keys_last_timer(
+    spark, run
+):
+    rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
+    emissions, dropped, counts = RUNS[run](spark, rows, 100, 9, 50)
+    assert emissions == [("a", *e) for e in WAITING_LOG]
+    assert dropped == WAITING_DROPPED
+    assert (counts["on_time"], counts["dropped"], counts["pending"]) == (6, 2, 1)
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_sum_is_retracted_row_by_row_and_a_cleared_key_starts_afresh(spark, run):
+    rows = [(0, o, et, key, v) for o, et, key, v in CLEARED_ROWS]
+    emissions, dropped, counts = RUNS[run](spark, rows, 10, 0, 10)
+    assert emissions == CLEARED_LOG
+    assert CLEARED_LOG[2][7] != 0.2 + 0.7  # the figure shows the order of the operations
+    assert dropped == {}
+    assert (counts["on_time"], counts["dropped"], counts["pending"]) == (5, 0, 1)
+
+
+def test_over_windows_fire_by_the_watermark_alone(spark):
+    topic = ArchivedTopic("clicks", dataframe=archive(spark, [(0, 0, 1, "a", 1.0)]))
+    with pytest.raises(ValueError, match=r"OVER windows .* EventTimeTrigger\(0\)"):
+        StreamJob(
+            topics=[topic],
+            keys=["user"],
+            window=OverWindows(100),
+            aggregations=[Aggregation("amount", "sum", "sum")],
+            trigger=EventTimeTrigger(50),
+        )
+    with pytest.raises(ValueError, match="preceding range must be >= 0"):
+        OverWindows(-1)
