@@ -18,6 +18,7 @@ from feast_stream_backfill import (
     StreamJob,
     WatermarkStrategy,
     backfill,
+    rules,
 )
 from tests.conftest import archive, collect_log
 from tests.reference_simulator import Job, Record, simulate
@@ -140,3 +141,20 @@ def test_over_windows_fire_by_the_watermark_alone(spark):
         )
     with pytest.raises(ValueError, match="preceding range must be >= 0"):
         OverWindows(-1)
+
+
+def test_the_replay_takes_the_range_from_the_rules_in_sparks_workers(spark, monkeypatch):
+    """``rules.over_start`` varied in the driver (the range reaching 50 ms further back) is
+    followed where the replay runs: the waiting archive's rows keep the rows at 1000 longer."""
+    monkeypatch.setattr(rules, "over_start", lambda time, preceding: time - (preceding + 50))
+    rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
+    emissions, dropped, _ = _backfilled(spark, rows, 100, 9, 50)
+    assert emissions == [
+        ("a", 850, 1001, 1100, 0, "on_time", 2, 5.0, 1.0, 4.0),
+        ("a", 850, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
+        ("a", 950, 1101, 1150, 0, "on_time", 3, 7.0, 1.0, 4.0),
+        ("a", 970, 1121, 1200, 0, "on_time", 4, 135.0, 1.0, 128.0),
+        ("a", 1000, 1151, 1200, 1, "on_time", 5, 151.0, 1.0, 128.0),
+        ("a", 1050, 1201, 1300, 0, "on_time", 4, 210.0, 2.0, 128.0),
+    ]
+    assert dropped == {("a", 900): 1, ("a", 1001): 1}
