@@ -18,6 +18,7 @@ from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
+    OverWindows,
     SessionWindows,
     SlidingWindows,
     TumblingWindows,
@@ -46,6 +47,22 @@ SELECT user_id, SUM(amount) AS spend, MAX(amount) AS largest
 FROM transactions
 GROUP BY user_id;
 """
+
+#: An OVER aggregation: each transaction written with its user's spend in the hour up to it.
+OVER = """CREATE TABLE transactions (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'transactions', 'format' = 'json');
+INSERT INTO user_spend_1h
+SELECT user_id, ts, SUM(amount) OVER w AS spend_1h, COUNT(*) OVER w AS transactions_1h
+FROM transactions
+WINDOW w AS (PARTITION BY user_id ORDER BY ts
+  RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW);
+"""
+HOUR = (
+    "(PARTITION BY user_id ORDER BY ts RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW)"
+)
+TWO_HOURS = HOUR.replace("'1' HOUR", "'2' HOUR")
 
 
 def script(window: str = TUMBLE, options: str = "") -> str:
@@ -123,6 +140,35 @@ def test_a_session_job_maps(spark):
     assert job.window == SessionWindows(gap_ms=300_000)
 
 
+def test_an_over_aggregation_maps_named_or_inline(spark):
+    """``RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW`` partitioned by user:
+    the user is the key, the watermark the table's (B' = B - 1 ms), fired by the watermark
+    without lateness; the window written in each aggregate maps the same."""
+    topic = archive(spark, IN_ORDER)
+    mapped = job_from_sql(spark, OVER, {"transactions": topic})
+    assert mapped.topics == [topic]
+    assert mapped.keys == ["user_id"]
+    assert mapped.window == OverWindows(preceding_ms=3_600_000)
+    assert mapped.trigger == EventTimeTrigger(0)
+    assert mapped.watermark == WatermarkStrategy(out_of_orderness_ms=4_999)
+    assert mapped.aggregations == [
+        Aggregation("amount", "sum", "spend_1h"),
+        Aggregation("user_id", "count", "transactions_1h"),
+    ]
+    inline = (
+        OVER.replace("OVER w", f"OVER {HOUR}")
+        .replace("WINDOW w AS (PARTITION BY user_id ORDER BY ts\n", "WHERE amount > 1;")
+        .replace("  RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW);\n", "")
+    )
+    filtered = job_from_sql(spark, inline, {"transactions": topic})
+    assert filtered.window == mapped.window
+    assert filtered.aggregations == mapped.aggregations
+    assert (
+        filtered.where
+        == "(CASE WHEN isnan(`amount`) OR isnan(1) THEN false ELSE (`amount` > 1) END)"
+    )
+
+
 def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:01:00", "u1", 1.0)]
     with pytest.raises(UnsupportedSqlError, match="partition 0 offset 2 goes back"):
@@ -156,7 +202,64 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             script().replace(
                 "SUM(amount) AS", "SUM(amount) OVER (PARTITION BY user_id ORDER BY ts) AS"
             ),
-            "line 8, column 43: an OVER aggregation is not supported",
+            "line 10, column 1: GROUP BY with OVER aggregations is not supported: an OVER "
+            "aggregation writes a row per record, a GROUP BY one per group",
+        ),
+        (
+            OVER.replace("RANGE BETWEEN", "ROWS BETWEEN"),
+            "line 8, column 13: an OVER window of ROWS is not supported",
+        ),
+        (
+            OVER.replace("INTERVAL '1' HOUR PRECEDING", "UNBOUNDED PRECEDING"),
+            "line 9, column 17: the OVER frame from UNBOUNDED PRECEDING is not supported: "
+            "RANGE BETWEEN INTERVAL 'n' unit PRECEDING AND CURRENT ROW is mapped",
+        ),
+        (
+            OVER.replace("\n  RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW", ""),
+            "line 8, column 13: the OVER frame from UNBOUNDED PRECEDING (the default) is not "
+            "supported",
+        ),
+        (
+            OVER.replace("CURRENT ROW", "INTERVAL '1' MINUTE FOLLOWING"),
+            "line 9, column 49: the OVER frame's end INTERVAL '1' MINUTE FOLLOWING is not "
+            "supported: a frame ending at the CURRENT ROW is mapped",
+        ),
+        (
+            OVER.replace("SELECT user_id, ts,", "SELECT user_id,")
+            .replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), seen TIMESTAMP(3),")
+            .replace("ORDER BY ts", "ORDER BY seen"),
+            "line 8, column 44: ORDER BY seen is not supported: not the watermark's column ts",
+        ),
+        (
+            OVER.replace("PARTITION BY user_id", "PARTITION BY amount"),
+            "line 6, column 8: the column user_id is not supported: not a PARTITION BY key or "
+            "the ORDER BY time column",
+        ),
+        (
+            OVER.replace("COUNT(*) OVER w", f"COUNT(*) OVER {TWO_HOURS}"),
+            "line 6, column 67: aggregates over different windows, one OVER (PARTITION BY "
+            "`user_id` ORDER BY `ts` RANGE BETWEEN INTERVAL '2' HOUR PRECEDING AND CURRENT ROW) "
+            "is not supported: every aggregate is mapped OVER one window",
+        ),
+        (
+            OVER.replace("COUNT(*) OVER w", "COUNT(*)"),
+            "line 6, column 53: the select item COUNT(*) AS `transactions_1h` beside OVER "
+            "aggregations is not supported: every aggregate is OVER the same window",
+        ),
+        (
+            OVER.replace("FROM transactions", f"FROM TABLE({TUMBLE})"),
+            "line 7, column 6: OVER aggregations over TABLE(TUMBLE(TABLE `transactions`, "
+            "DESCRIPTOR(`ts`), ... is not supported: OVER aggregations of a table are mapped",
+        ),
+        (
+            "SET 'table.exec.state.ttl' = '1 h';\n" + OVER,
+            "line 1, column 1: SET 'table.exec.state.ttl' with an OVER aggregation is not "
+            "supported",
+        ),
+        (
+            OVER.replace(",\n  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND", ""),
+            "line 1, column 1: the table transactions without a WATERMARK is not supported: "
+            "OVER is mapped ordered by event time",
         ),
         (
             script().replace(
@@ -227,7 +330,18 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "session-alone",
         "session-keys",
         "cumulate-step",
-        "over",
+        "over-with-group-by",
+        "over-rows",
+        "over-unbounded",
+        "over-default-frame",
+        "over-following",
+        "over-order-by",
+        "over-partition-by",
+        "over-different-windows",
+        "over-and-plain-aggregate",
+        "over-window-tvf",
+        "over-state-ttl",
+        "over-without-watermark",
         "join",
         "set",
         "mini-batch",

@@ -1,9 +1,9 @@
 """The plugin's backfill of a Flink SQL script against real Flink SQL (tests/conformance/sql):
 identical rows, values, emit times and dropped records.
 
-Four hand-written jobs, checked by hand; they and 12 random ones from a fixed seed against the
+Five hand-written jobs, checked by hand; they and 12 random ones from a fixed seed against the
 reference simulator of the job ``job_from_sql`` maps each script onto (test_differential holds
-the simulator equal to the backfill); the four against the plugin's backfill; and the AVG of a
+the simulator equal to the backfill); the five against the plugin's backfill; and the AVG of a
 BIGINT that ``job_from_sql`` refuses. One Flink JVM runs them all. ``python -m
 tests.conformance.sql --random N [--plugin]`` runs larger generated sets.
 """
@@ -31,6 +31,7 @@ from tests.conformance.sql.jobs import (
     CUMULATE_ON_EVENT,
     EXAMPLE,
     HOP_ON_EVENT,
+    OVER_RANGE,
     UNBOUNDED_TTL,
     generated,
     hand_written,
@@ -38,9 +39,10 @@ from tests.conformance.sql.jobs import (
 )
 from tests.reference_simulator import Record
 
-#: Every job fires; each kind (four windows, GROUP BY) at least twice; six WHEREs, two over
-#: archives with NaN amounts; three with aggregates of an expression.
-RANDOM = generated(12, seed=2203)
+#: Every job fires; each kind (four windows, GROUP BY, OVER) twice, OVER with a range of 0
+#: and 5 s, inline and named, dropping 3 rows; six WHEREs, one over an archive with NaN
+#: amounts; three with aggregates of an expression.
+RANDOM = generated(12, seed=75626)
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
     name="avg_of_bigint",
@@ -142,6 +144,31 @@ def test_flink_sql_updates_the_hand_computed_group_by_until_its_state_expires(ru
     ]
     assert dropped == {}
     assert odd == []
+
+
+def test_flink_sql_writes_the_hand_computed_over_rows(runs):
+    # RANGE 10 ms PRECEDING, W = ts - 1 as it rises. A row waits for W to reach its time, then
+    # is written with its key's rows in [t - 10, t]: a's et 2 at W = 4 (et 5's record), 5 at
+    # W = 7. a's et 6, read at pt 8 when W = 7, is late but after a's last timer (5): kept, it
+    # fires at the next rise, W = 13 (et 14's record), with 2, 5 and 6. a's et 3 then is no
+    # later than 5: dropped from [-7, 4). a's two rows at 14 fire at W = 24 (et 25's record),
+    # each with both, et 2 retracted (14 - 2 > 10); a's et 25 at W = 39 (et 40's record), 5,
+    # 6 and 14 retracted. b's et 8 fires at W = 13; its et 40 waits for a watermark that never
+    # reaches it.
+    job, run = runs[OVER_RANGE.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions) == [
+        ("a", -8, 3, 5, 0, "on_time", 1.0, 1.0, 1.0),
+        ("a", -5, 6, 8, 0, "on_time", 3.0, 2.0, 2.0),
+        ("a", -4, 7, 14, 0, "on_time", 11.0, 3.0, 8.0),
+        ("a", 4, 15, 25, 0, "on_time", 106.0, 4.0, 64.0),
+        ("a", 4, 15, 25, 1, "on_time", 106.0, 4.0, 64.0),
+        ("a", 15, 26, 40, 0, "on_time", 128.0, 1.0, 128.0),
+        ("b", -2, 9, 14, 0, "on_time", 4.0, 1.0, 4.0),
+    ]
+    assert dropped == {("a", -7): 1}
+    assert odd == []
+    assert [late for _, late in run.records] == [0, 0, 0, 0, 1, 0, 0, 0, 0]
 
 
 @pytest.mark.parametrize("job", [*hand_written(), *RANDOM], ids=lambda j: j.name)

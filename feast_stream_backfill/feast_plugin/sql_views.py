@@ -113,7 +113,7 @@ def _check_agreement(
     keys = sorted(c.name for c in view.entity_columns)
     if keys != sorted(job.keys):
         raise ValueError(
-            f"{where}: its entities' join keys {keys} are not the script's GROUP BY keys "
+            f"{where}: its entities' join keys {keys} are not the script's keys (GROUP BY or PARTITION BY) "
             f"{sorted(job.keys)}"
         )
     features = sorted(sql_feature_names(view))

@@ -38,6 +38,12 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
   ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
   an update equal to the previous result; not modelled: refused.
+- An ``OVER`` aggregation ordered by the rowtime with a ``RANGE`` of ``p`` before the current
+  row (``RowTimeRangeBoundedPrecedingFunction``) keeps each row until the watermark reaches
+  its time (an event-time timer at it), then writes it with the aggregate of its key's rows
+  in ``[t - p, t]``; a row no later than the key's last timer (``lastTriggeringTs``) is
+  dropped. :class:`OverWindows` with ``EventTimeTrigger(0)``: the same rule, modelled. The
+  window TVFs' state TTL does not apply (its state is cleared by its own cleanup timers).
 - ``WHERE`` is a filter after the source, before the aggregation: filtered records still
   pass the source's watermark generator. ``StreamJob.where``, with the predicate in Spark SQL
   (:mod:`feast_stream_backfill.flink_sql.expressions`).
@@ -72,6 +78,7 @@ from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
+    OverWindows,
     SessionWindows,
     SlidingWindows,
     TumblingWindows,
@@ -141,7 +148,7 @@ def job_from_sql(
     if settings.state_ttl is not None:
         raise _refused(
             settings.state_ttl,
-            f"SET {STATE_TTL!r} with a window aggregation",
+            f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
             "the state TTL is modelled for unbounded aggregations only",
         )
     watermark = _watermark(settings, table)
@@ -243,13 +250,17 @@ def _source(read: Script, insert: AggregatingInsert) -> Table:
             f"the table {table.name} without a WATERMARK",
             table.at.line,
             table.at.column,
-            "the windows are event-time windows",
+            "OVER is mapped ordered by event time"
+            if insert.over
+            else "the windows are event-time windows",
         )
     if insert.time_column != table.watermark.column:
+        at = insert.time_at or insert.at
+        named = "ORDER BY {}" if insert.over else "DESCRIPTOR({})"
         raise UnsupportedSqlError(
-            f"DESCRIPTOR({insert.time_column})",
-            insert.at.line,
-            insert.at.column,
+            named.format(insert.time_column),
+            at.line,
+            at.column,
             f"not the watermark's column {table.watermark.column}",
         )
     time = next(c for c in table.columns if c.name == table.watermark.column)
@@ -373,7 +384,9 @@ def _watermark(settings: _Settings, table: Table) -> WatermarkStrategy:
 
 def _window(
     insert: AggregatingInsert,
-) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows:
+) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
+    if insert.over:
+        return OverWindows(preceding_ms=insert.preceding_ms)
     if insert.window == "SESSION":
         return SessionWindows(gap_ms=insert.size_ms)
     if insert.slide_ms is None:

@@ -1,6 +1,6 @@
 """A Flink SQL script, read with Flink's parser into plain dataclasses: the ``SET`` options,
 the tables and the aggregating ``INSERT INTO ... SELECT`` (over a window table-valued
-function, or an unbounded ``GROUP BY``).
+function, an unbounded ``GROUP BY``, or ``OVER`` a range of event time).
 
 The reader accepts the statement shapes the backfill maps (docs/guides/flink-sql.md) and
 refuses any other with :class:`UnsupportedSqlError`, naming the construct and where the
@@ -19,6 +19,8 @@ from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
 MAPPED_WINDOWS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
+#: ``AggregatingInsert.window`` of an ``OVER`` aggregation.
+OVER = "OVER"
 #: SQL's aggregate functions the plugin computes, by its name for them.
 AGGREGATES = {"SUM": "sum", "COUNT": "count", "AVG": "mean", "MIN": "min", "MAX": "max"}
 
@@ -99,10 +101,13 @@ class Aggregate:
 @dataclass(frozen=True)
 class AggregatingInsert:
     """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE|SESSION(...)) GROUP BY
-    keys, window_start, window_end``, or ``SELECT ... FROM source GROUP BY keys`` (an
-    unbounded aggregation: ``window`` and ``time_column`` None). ``size_ms``: SESSION's gap,
-    the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the others;
-    ``where``: the ``WHERE`` clause as a Spark SQL predicate keeping the same records."""
+    keys, window_start, window_end``, ``SELECT ... FROM source GROUP BY keys`` (an unbounded
+    aggregation: ``window`` and ``time_column`` None), or ``SELECT keys, aggregates OVER
+    (PARTITION BY keys ORDER BY time_column RANGE BETWEEN preceding PRECEDING AND CURRENT ROW)
+    FROM source`` (``window`` ``"OVER"``, ``preceding_ms`` its range; ``time_at`` where its
+    ``ORDER BY`` names the column). ``size_ms``: SESSION's gap, the others' size; ``slide_ms``:
+    HOP's slide, CUMULATE's step, None for the others; ``where``: the ``WHERE`` clause as a
+    Spark SQL predicate keeping the same records."""
 
     target: str
     source: str
@@ -114,10 +119,16 @@ class AggregatingInsert:
     aggregates: tuple[Aggregate, ...]
     at: Position
     where: str | None = None
+    preceding_ms: int | None = None
+    time_at: Position | None = None
 
     @property
     def unbounded(self) -> bool:
         return self.window is None
+
+    @property
+    def over(self) -> bool:
+        return self.window == OVER
 
 
 @dataclass(frozen=True)
@@ -273,10 +284,12 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
     if select.getHints() is not None and select.getHints().size() > 0:
         hint = select.getHints().get(0)
         raise _refused(hint, f"the query hint {hint.toString()}", "hints are not mapped")
-    if select.getWindowList() is not None and select.getWindowList().size() > 0:
-        raise _refused(select.getWindowList(), "a WINDOW clause (OVER)")
     if select.isDistinct():
         raise _refused(select, "SELECT DISTINCT")
+    if any(_is_over(item) for item in select.getSelectList()):
+        return _over_insert(statement, select, tables)
+    if select.getWindowList().size() > 0:
+        raise _refused(select.getWindowList(), "a WINDOW clause without OVER aggregates")
     source = select.getFrom()
     window = None if _kind(source) == "IDENTIFIER" else _window(source)
     keys = _group_keys(select, windowed=window is not None)
@@ -425,8 +438,12 @@ def _aggregate(item: Any, types: dict[str, str]) -> Aggregate:
     if _kind(item) != "AS":
         raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
     call, alias = item.getOperandList()
-    if _kind(call) == "OVER":
-        raise _refused(call, "an OVER aggregation")
+    return _aggregate_call(call, alias, types)
+
+
+def _aggregate_call(call: Any, alias: Any, types: dict[str, str]) -> Aggregate:
+    """The aggregate ``call`` named ``alias``: one of :data:`AGGREGATES` of a column, of an
+    expression, or ``COUNT(*)``."""
     function = str(call.getOperator().getName()).upper() if _class(call) == "SqlBasicCall" else ""
     if function not in AGGREGATES:
         raise _refused(
@@ -454,3 +471,146 @@ def _aggregate(item: Any, types: dict[str, str]) -> Aggregate:
     else:
         raise _refused(call, f"the aggregate {call.toString()}", "of one argument is mapped")
     return Aggregate(AGGREGATES[function], column, _name(alias), position(call))
+
+
+@dataclass(frozen=True)
+class _Over:
+    """An ``OVER`` window as mapped: its ``PARTITION BY`` columns, ``ORDER BY`` column (and
+    where that is written) and ``RANGE`` in milliseconds before the current row."""
+
+    partition_by: tuple[str, ...]
+    time_column: str
+    time_at: Position = field(compare=False)
+    preceding_ms: int
+
+
+def _is_over(item: Any) -> bool:
+    """A select item ``aggregate OVER window AS name`` (or without its name)."""
+    call = item.getOperandList()[0] if _kind(item) == "AS" else item
+    return _kind(call) == "OVER"
+
+
+def _over_insert(statement: Any, select: Any, tables: dict[str, Table]) -> AggregatingInsert:
+    """``INSERT INTO target SELECT keys, [time column,] aggregate OVER window AS name, ...
+    FROM source [WHERE ...] [WINDOW w AS (...)]``: every aggregate over the same window
+    (inline or named), keyed by its ``PARTITION BY`` columns; the select list's columns are
+    those keys and the window's time column (Flink writes them beside the aggregates)."""
+    if select.getGroup() is not None:
+        raise _refused(
+            select.getGroup(),
+            "GROUP BY with OVER aggregations",
+            "an OVER aggregation writes a row per record, a GROUP BY one per group",
+        )
+    source = select.getFrom()
+    if _kind(source) == "JOIN":
+        raise _refused(source, "a join")
+    if _kind(source) != "IDENTIFIER":
+        raise _refused(
+            source,
+            f"OVER aggregations over {_first_words(source)}",
+            "OVER aggregations of a table are mapped",
+        )
+    table = tables.get(_table_name(source))
+    types = {c.name: c.type for c in table.columns} if table is not None else {}
+    named = {str(w.getDeclName().getSimple()): w for w in select.getWindowList()}
+    window: _Over | None = None
+    columns, aggregates = [], []
+    for item in select.getSelectList():
+        if _kind(item) == "IDENTIFIER":
+            columns.append(item)
+            continue
+        if not _is_over(item):
+            raise _refused(
+                item,
+                f"the select item {item.toString()} beside OVER aggregations",
+                "every aggregate is OVER the same window",
+            )
+        if _kind(item) != "AS":
+            raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
+        over, alias = item.getOperandList()
+        call, spec = over.getOperandList()
+        this = _over_window(spec, named)
+        if window is not None and this != window:
+            raise _refused(
+                spec,
+                f"aggregates over different windows, one OVER {spec.toString()}",
+                "every aggregate is mapped OVER one window",
+            )
+        window = this
+        aggregates.append(_aggregate_call(call, alias, types))
+    assert window is not None  # _insert routes here only with an OVER aggregate
+    for column in columns:
+        name = _name(column)
+        if name not in (*window.partition_by, window.time_column):
+            raise _refused(
+                column,
+                f"the column {name}",
+                "not a PARTITION BY key or the ORDER BY time column",
+            )
+    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
+    return AggregatingInsert(
+        target=_table_name(statement.getTargetTable()),
+        source=_table_name(source),
+        window=OVER,
+        time_column=window.time_column,
+        size_ms=None,
+        slide_ms=None,
+        keys=window.partition_by,
+        aggregates=tuple(aggregates),
+        at=position(statement.getTargetTable()),
+        where=where,
+        preceding_ms=window.preceding_ms,
+        time_at=window.time_at,
+    )
+
+
+def _over_window(spec: Any, named: dict[str, Any]) -> _Over:
+    """``OVER (PARTITION BY keys ORDER BY ts RANGE [BETWEEN] INTERVAL 'n' unit PRECEDING [AND
+    CURRENT ROW])``, or ``OVER w`` / ``OVER (w)`` naming such a window of the ``WINDOW``
+    clause. Other frames are refused: ``ROWS`` counts rows, not time; ``UNBOUNDED
+    PRECEDING`` (the frame when none is written) keeps every row; ``FOLLOWING`` waits for
+    later rows."""
+    if _kind(spec) == "IDENTIFIER" or spec.getRefName() is not None:
+        reference = spec if _kind(spec) == "IDENTIFIER" else spec.getRefName()
+        name = _name(reference)
+        if _kind(spec) != "IDENTIFIER" and (
+            spec.getPartitionList().size()
+            or spec.getOrderList().size()
+            or spec.getLowerBound() is not None
+        ):
+            raise _refused(spec, f"a window extending {name}", "name the window as declared")
+        if name not in named:
+            raise _refused(reference, f"the window {name}", "not declared by WINDOW")
+        spec = named[name]
+    if spec.isRows():
+        raise _refused(spec, "an OVER window of ROWS", "RANGE BETWEEN INTERVAL ... is mapped")
+    partition = [_name(c) for c in spec.getPartitionList()]
+    if not partition:
+        raise _refused(spec, "an OVER window without PARTITION BY", "the keys are its columns")
+    order = list(spec.getOrderList())
+    if len(order) != 1 or _kind(order[0]) != "IDENTIFIER":
+        raise _refused(
+            spec.getOrderList() if order else spec,
+            f"an OVER window ordered by {spec.getOrderList().toString() or 'nothing'}",
+            "ORDER BY the table's watermarked time column (ascending) is mapped",
+        )
+    lower, upper = spec.getLowerBound(), spec.getUpperBound()
+    if lower is None or _kind(lower) != "PRECEDING":
+        frame = "UNBOUNDED PRECEDING (the default)" if lower is None else lower.toString()
+        raise _refused(
+            lower if lower is not None else spec,
+            f"the OVER frame from {frame}",
+            "RANGE BETWEEN INTERVAL 'n' unit PRECEDING AND CURRENT ROW is mapped",
+        )
+    (length,) = lower.getOperandList()
+    if _class(length) != "SqlIntervalLiteral" or interval_ms(length) < 0:
+        raise _refused(
+            length, f"the OVER range {length.toString()} PRECEDING", "a range >= 0 is mapped"
+        )
+    if upper is not None and not jvm().org.apache.calcite.sql.SqlWindow.isCurrentRow(upper):
+        raise _refused(
+            upper,
+            f"the OVER frame's end {upper.toString()}",
+            "a frame ending at the CURRENT ROW is mapped",
+        )
+    return _Over(tuple(partition), _name(order[0]), position(order[0]), interval_ms(length))

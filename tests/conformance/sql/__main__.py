@@ -23,10 +23,12 @@ from pathlib import Path
 
 from tests.conformance.sql.harness import (
     SqlJob,
+    SqlRun,
     build,
     compare,
     flink_log,
     plugin_log,
+    processing_order,
     run_flink,
     simulated_log,
 )
@@ -36,12 +38,15 @@ SPARK_CONF = Path(__file__).resolve().parents[2] / "spark_conf"
 
 
 def constructs(job: SqlJob) -> list[str]:
-    """The counts a job adds to: its window x emission x idleness, its functions, value type."""
+    """The counts a job adds to: its window x emission x idleness, its functions, value type
+    (and an OVER's range of 0 or named window)."""
     idle = "idle" if job.idle else "not idle"
     return [
         f"{job.window} x {job.emission} x {idle}",
         *(["WHERE"] if job.where is not None else []),
         *(["aggregates of an expression"] if job.argument is not None else []),
+        *(["OVER of RANGE 0 PRECEDING"] if job.over == 0 else []),
+        *(["OVER w, a WINDOW clause"] if "\nWINDOW w AS" in job.script else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
     ]
 
@@ -87,7 +92,10 @@ def _compare(
     are identical."""
     seen: Counter[str] = Counter()
     identical: Counter[str] = Counter()
-    rows = matched = dropped = shown = firing = 0
+    kind_rows: Counter[str] = Counter()
+    kind_firing: Counter[str] = Counter()
+    kind_dropped: Counter[str] = Counter()
+    rows = matched = dropped = shown = firing = late_kept = 0
     failed = []
     for job, run in zip(jobs, runs, strict=True):
         flink_rows, flink_dropped, odd = flink_log(run, job)
@@ -96,6 +104,10 @@ def _compare(
         except Exception as error:  # reported with the job; the others go on
             problems = [f"raised {type(error).__name__}: {str(error).strip()[-600:]}"]
         rows += len(flink_rows)
+        kind_rows[job.window] += len(flink_rows)
+        kind_firing[job.window] += bool(flink_rows)
+        kind_dropped[job.window] += sum(flink_dropped.values())
+        late_kept += _over_late_kept(job, run)
         firing += bool(flink_rows)
         matched += len(flink_rows) - sum(p.startswith("Flink only") for p in problems)
         dropped += sum(flink_dropped.values())
@@ -118,7 +130,26 @@ def _compare(
     )
     for construct in sorted(seen):
         print(f"  {construct}: {identical[construct]}/{seen[construct]}")
+    print(
+        "  Flink rows, jobs with rows, dropped pairs per kind: "
+        + ", ".join(
+            f"{k} {kind_rows[k]}, {kind_firing[k]}, {kind_dropped[k]}" for k in sorted(kind_rows)
+        )
+        + f"; OVER records read at or behind the watermark and kept: {late_kept}"
+    )
     return not failed
+
+
+def _over_late_kept(job: SqlJob, run: SqlRun) -> int:
+    """An OVER job's records its WHERE kept that came at or behind the OVER operator's
+    watermark and were not dropped (later than their key's last timer): written at a later
+    rise of the watermark."""
+    if job.over is None:
+        return 0
+    return sum(
+        r.et <= watermark and not counted and job.kept(r)
+        for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True)
+    )
 
 
 def _records(job: SqlJob) -> list[tuple]:

@@ -66,6 +66,9 @@ class SqlJob:
     cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
     session: bool = False  # SESSION with a gap of ``size``, partitioned by the keys
     ttl: int = 0  # > 0: an unbounded GROUP BY with this state TTL (ms), no window
+    #: Not None: an OVER aggregation ordered by ``ts``, RANGE of this many ms PRECEDING, the
+    #: keys its PARTITION BY (the script selects ``keys, ts, aggregates``)
+    over: int | None = None
     #: The script's WHERE, evaluated as Flink does (Java's NaN comparisons): True keeps.
     where: Callable[[Record], bool] | None = field(default=None, compare=False)
 
@@ -100,6 +103,8 @@ class SqlJob:
 
     @property
     def window(self) -> str:
+        if self.over is not None:
+            return "OVER"
         if self.unbounded:
             return "GROUP BY"
         if self.session:
@@ -110,6 +115,8 @@ class SqlJob:
     def model(self) -> Job:
         """The windows of the simulator's job (an unbounded aggregation's state: a
         processing-time session of gap TTL, fired by each record)."""
+        if self.over is not None:
+            return Job(size=1, over=self.over)
         if self.unbounded:
             return Job(size=1, gap=self.ttl, domain="processing", trigger="per_record")
         if self.session:
@@ -197,13 +204,19 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     dropped in its own window ``[et, et + gap)``, as the simulator counts it, when the counter
     counted it: whether it was late depends on the sessions it would have merged with. An
     unbounded aggregation's rows have no window: ``start`` and ``end`` are None (as
-    :func:`windowless` makes the plugin's)."""
+    :func:`windowless` makes the plugin's). An OVER row at ``ts`` is the window ``[ts - p, ts
+    + 1)``; a record the counter counted is dropped from ``[et - p, et + 1)``, and it can only
+    be one no later than a timer already fired (its key's lastTriggeringTs, at most W) or
+    than 0 (lastTriggeringTs before any timer)."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
     for _cause, time, _wm, *row in run.fired:
         key = "|".join(row[:n_keys])
-        if job.unbounded:
+        if job.over is not None:
+            ts = int(row[n_keys])
+            start, end, firing, values_at = ts - job.over, ts + 1, ON_TIME, n_keys + 1
+        elif job.unbounded:
             start, end, firing, values_at = None, None, PER_RECORD, n_keys
         else:
             start, end, firing = int(row[n_keys]), int(row[n_keys + 1]), ON_TIME
@@ -219,6 +232,12 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
         if job.session:
             if counted:
                 dropped[(r.key, r.et)] += 1
+            continue
+        if job.over is not None:
+            if counted:
+                dropped[(r.key, r.et - job.over)] += 1
+                if r.et > max(watermark, 0):
+                    odd.append(f"record {r} at W={watermark}: counted late, after W and 0")
             continue
         windows = windows_of(r.et, job.model)
         fired = [(s, e) for s, e in windows if e - 1 <= watermark]
@@ -292,6 +311,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         slide=getattr(window, "slide_ms", 0),
         step=getattr(window, "step_ms", 0),
         gap=getattr(window, "gap_ms", 0),
+        over=getattr(window, "preceding_ms", None),
         domain=window.domain,
         trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
         bound=watermark.out_of_orderness_ms,

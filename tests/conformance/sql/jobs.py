@@ -1,10 +1,11 @@
-"""Flink SQL jobs for the SQL conformance harness: random scripts over random archives, and two
+"""Flink SQL jobs for the SQL conformance harness: random scripts over random archives, and
 hand-written ones.
 
 A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
-TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``, or an unbounded ``GROUP BY`` with
-a state TTL (its table with or without a WATERMARK). What varies: the window's size
-and slide (or step, or SESSION's gap, or the TTL), the
+TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``, an unbounded ``GROUP BY`` with
+a state TTL (its table with or without a WATERMARK), or an ``OVER`` aggregation ordered by
+``ts`` (inline or a named ``WINDOW``). What varies: the window's size
+and slide (or step, or SESSION's gap, or the TTL, or OVER's RANGE), the
 watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
 MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
 Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
@@ -64,12 +65,16 @@ def script(
     watermark: bool = True,
     where: str | None = None,
     argument: str = "amount",
+    over: int | None = None,
+    named_window: bool = True,
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
     with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
     partitioned by the keys; ``ttl`` > 0: an unbounded GROUP BY with that state TTL, the
     table's WATERMARK only with ``watermark``; ``where``: a WHERE clause; ``argument``: what
-    the aggregates but COUNT(*) take)."""
+    the aggregates but COUNT(*) take; ``over`` not None: an OVER aggregation of ``RANGE
+    BETWEEN over PRECEDING AND CURRENT ROW``, selecting ``ts``, its window named by a
+    ``WINDOW`` clause with ``named_window``, else written in each aggregate)."""
     sets = [f"SET 'table.exec.state.ttl' = '{ttl} ms';"] if ttl else []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -90,10 +95,13 @@ def script(
         if slide
         else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
     )
-    selected = ", ".join(
-        f"{AGGREGATES[f].format(argument)} AS a{i}" for i, f in enumerate(functions)
-    )
     group = ", ".join(keys)
+    frame = f"PARTITION BY {group} ORDER BY ts RANGE BETWEEN {_interval(over or 0)} PRECEDING"
+    frame += " AND CURRENT ROW"
+    window_of = "" if over is None else " OVER w" if named_window else f" OVER ({frame})"
+    selected = ", ".join(
+        f"{AGGREGATES[f].format(argument)}{window_of} AS a{i}" for i, f in enumerate(functions)
+    )
     table = [
         f"CREATE TABLE {TABLE} (",
         f"  {columns}, amount {value_type}, ts TIMESTAMP(3)"
@@ -101,7 +109,11 @@ def script(
         f") WITH ({', '.join(options)});",
     ]
     filtered = [f"WHERE {where}"] if where else []
-    if ttl:
+    if over is not None:
+        query = ["INSERT INTO rolling", f"SELECT {group}, ts, {selected}", f"FROM {TABLE}"]
+        query += filtered
+        query[-1] += f"\nWINDOW w AS ({frame});" if named_window else ";"
+    elif ttl:
         query = ["INSERT INTO totals", f"SELECT {group}, {selected}", f"FROM {TABLE}", *filtered]
         query.append(f"GROUP BY {group};")
     else:
@@ -210,12 +222,13 @@ def generated(n: int, seed: int) -> list[SqlJob]:
     for i in range(n):
         unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
         base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
-        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY"])
+        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY", "OVER"])
         slide = rng.choice([5, 10, 20]) * unit if kind in ("HOP", "CUMULATE") else 0
         size = slide * rng.randint(2, 4) if slide else rng.choice([10, 20, 30, 50]) * unit
         if kind == "SESSION":
             size = rng.choice([5, 10, 20, 40]) * unit  # the gap
         ttl = rng.choice([5, 10, 20, 40, 100]) * unit if kind == "GROUP BY" else 0
+        over = rng.choice([0, 5, 10, 20, 50]) * unit if kind == "OVER" else None
         bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
         emission = rng.choice(["periodic", "on-event"])
         emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
@@ -261,6 +274,8 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             watermark=not ttl or rng.random() < 0.5,
             where=where,
             argument=argument,
+            over=over,
+            named_window=rng.random() < 0.5,
         )
         jobs.append(
             SqlJob(
@@ -279,6 +294,7 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 ttl=ttl,
                 where=keep,
                 argument=value_of,
+                over=over,
             )
         )
     return jobs
@@ -399,5 +415,31 @@ UNBOUNDED_TTL = SqlJob(
 )
 
 
+#: On-event OVER of RANGE 10 ms PRECEDING, B = 1 ms (W = ts - 1 as it rises), one partition
+#: (pt: the highest et so far). a's et 6, read at pt 8 when W = 7, is late but after a's last
+#: timer (5): kept, written at the next rise (et 14's). a's et 3 then comes no later than 5:
+#: dropped. a's two rows at 14 are written together, each with both. b's et 40 is never
+#: written: the watermark ends at 39.
+OVER_RANGE = SqlJob(
+    name="over_range",
+    script=script(
+        ("user_id",), "DOUBLE", 0, 0, 1, ["SUM", "COUNT(*)", "MAX"], emit="on-event", over=10
+    ),
+    records=_rows(
+        0,
+        [(2, "a", 1.0), (5, "a", 2.0), (8, "b", 4.0), (6, "a", 8.0), (3, "a", 16.0)]
+        + [(14, "a", 32.0), (14, "a", 64.0), (25, "a", 128.0), (40, "b", 256.0)],
+    ),
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=0,
+    slide=0,
+    functions=("SUM", "COUNT(*)", "MAX"),
+    emission="on-event",
+    idle=False,
+    over=10,
+)
+
+
 def hand_written() -> list[SqlJob]:
-    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT, UNBOUNDED_TTL]
+    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT, UNBOUNDED_TTL, OVER_RANGE]

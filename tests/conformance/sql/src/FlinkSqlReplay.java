@@ -1,4 +1,5 @@
 import java.io.PrintWriter;
+import java.lang.reflect.Field;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -59,17 +60,20 @@ import org.apache.flink.table.factories.DynamicTableSourceFactory;
 import org.apache.flink.table.operations.ModifyOperation;
 import org.apache.flink.table.operations.Operation;
 import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
+import org.apache.flink.metrics.Counter;
 import org.apache.flink.table.runtime.operators.aggregate.GroupAggFunction;
+import org.apache.flink.table.runtime.operators.over.RowTimeRangeBoundedPrecedingFunction;
 import org.apache.flink.table.runtime.operators.window.tvf.common.WindowAggOperator;
 import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
+import org.apache.flink.table.runtime.typeutils.RowDataSerializer;
 import org.apache.flink.table.types.DataType;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.table.types.logical.RowType;
 import org.apache.flink.util.clock.ManualClock;
 
 /**
- * Runs a Flink SQL script's aggregating INSERT (a window aggregation, or an unbounded GROUP BY)
- * through the operators Flink's own planner builds for it, deterministically.
+ * Runs a Flink SQL script's aggregating INSERT (a window aggregation, an unbounded GROUP BY, or
+ * an event-time OVER aggregation) through the operators Flink's own planner builds for it, deterministically.
  *
  * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; the
  * Kafka table is read by a test connector that, like Kafka's, implements
@@ -173,9 +177,14 @@ public final class FlinkSqlReplay {
     private static final Pattern INSERT = Pattern.compile("(?is)^INSERT\\s+INTO\\s+(\\S+)\\s+(SELECT\\b.*)$");
 
     private final List<OneInputStreamOperatorTestHarness<RowData, RowData>> stages = new ArrayList<>();
+    /** Per stage, the serializer of a keyed stage's input (null: not keyed): a keyed stage
+     * reads its rows from the network, as binary rows (the OVER function reads the rowtime of
+     * one with {@code getLong}, which only a binary row answers for a TIMESTAMP). */
+    private final List<RowDataSerializer> networkInputs = new ArrayList<>();
     private final PrintWriter out;
     private long interval;
-    private int windowStage = -1; // the window or group aggregation
+    private int windowStage = -1; // the window, group or OVER aggregation
+    private Counter overLate; // the OVER function's late-records counter, if that is the stage
     private long windowWatermark = Long.MIN_VALUE;
     private List<RowData.FieldGetter> getters;
     private List<LogicalType> outputTypes;
@@ -264,10 +273,19 @@ public final class FlinkSqlReplay {
                             && p.getUserFunction() instanceof GroupAggFunction) {
                 windowStage = stages.size();
             }
+            if (harness.getOperator() instanceof KeyedProcessOperator<?, ?, ?> p
+                    && p.getUserFunction() instanceof RowTimeRangeBoundedPrecedingFunction<?> over) {
+                windowStage = stages.size();
+                // Its counter is private (the getter is protected, for Flink's own tests).
+                Field late = RowTimeRangeBoundedPrecedingFunction.class.getDeclaredField("numLateRecordsDropped");
+                late.setAccessible(true);
+                overLate = (Counter) late.get(over);
+            }
             stages.add(harness);
+            networkInputs.add(one.getStateKeySelector() != null ? (RowDataSerializer) in : null);
         }
         if (windowStage < 0) {
-            throw new IllegalStateException("no window or group aggregation among " + chain);
+            throw new IllegalStateException("no window, group or OVER aggregation among " + chain);
         }
         RowType output = (RowType) ((InternalTypeInfo<RowData>) chain.get(chain.size() - 1).getOutputType()).toLogicalType();
         outputTypes = output.getChildren();
@@ -278,6 +296,9 @@ public final class FlinkSqlReplay {
     }
 
     private long lateDropped() {
+        if (overLate != null) {
+            return overLate.getCount();
+        }
         return stages.get(windowStage).getOperator() instanceof WindowAggOperator<?, ?> w
                 ? w.getNumLateRecordsDropped().getCount()
                 : 0; // a group aggregation drops nothing
@@ -295,6 +316,10 @@ public final class FlinkSqlReplay {
         if (element instanceof StreamRecord<?> r) {
             @SuppressWarnings("unchecked")
             StreamRecord<RowData> row = (StreamRecord<RowData>) r;
+            RowDataSerializer network = networkInputs.get(i);
+            if (network != null) {
+                row = new StreamRecord<>(network.toBinaryRow(row.getValue()).copy(), row.getTimestamp());
+            }
             h.processElement(row);
         } else if (element instanceof Watermark w) {
             if (i == windowStage) {
