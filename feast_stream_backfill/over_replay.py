@@ -14,6 +14,7 @@ function or join states a keyed timer service's order, and no library replays on
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Iterator, Sequence
 
@@ -44,8 +45,17 @@ class KeyOverState:
     ``lastTriggeringTs``, the cleanup time and the pending timers (one per time, as Flink's
     timer service keeps them), each with the timeline change it fires at."""
 
-    def __init__(self, preceding: int, functions: Sequence[Function], timeline: WatermarkTimeline):
+    def __init__(
+        self,
+        preceding: int,
+        functions: Sequence[Function],
+        highest: Sequence[bool | None],
+        timeline: WatermarkTimeline,
+    ):
+        """``highest``: per function, a maximum (True), a minimum (False) or neither."""
         self.preceding, self.functions, self.timeline = preceding, functions, timeline
+        self.highest = highest
+        self._added = 0  # rows added so far: each held row's sequence number
         self.firings: list[tuple] = []  # (time, rows, record count, values, change index)
         self.dropped: dict[int, int] = {}
         self._clear()
@@ -54,8 +64,9 @@ class KeyOverState:
 
     def _clear(self) -> None:
         self.waiting: dict[int, list[list]] = {}
-        self.held: deque[tuple[int, list]] = deque()
+        self.held: deque[tuple[int, int, list]] = deque()  # (time, sequence, values)
         self.accumulators = [f.zero for f in self.functions]
+        self.extremes = [None if h is None else _Extreme(h) for h in self.highest]
         self.last = 0
         self.cleanup: int | None = None
 
@@ -96,31 +107,65 @@ class KeyOverState:
         if rows:
             first = rules.over_start(time, self.preceding)
             while self.held and self.held[0][0] < first:
-                _, gone = self.held.popleft()
-                self._fold(gone, retract=True)
+                _, sequence, gone = self.held.popleft()
+                self._fold(sequence, gone, retract=True)
             for row in rows:
-                self._fold(row, retract=False)
-                self.held.append((time, row))
+                self._added += 1
+                self._fold(self._added, row, retract=False)
+                self.held.append((time, self._added, row))
             self.firings.append((time, len(rows), len(self.held), self._results(), at))
         self.last = time
 
-    def _fold(self, row: list, retract: bool) -> None:
+    def _fold(self, sequence: int, row: list, retract: bool) -> None:
         for i, (f, value) in enumerate(zip(self.functions, row, strict=True)):
-            if value is not None and f.retract is not None:
+            if value is None:
+                continue
+            extreme = self.extremes[i]
+            if extreme is not None and retract:
+                extreme.remove(sequence, value)
+            elif extreme is not None:
+                extreme.add(sequence, value)
+            else:
                 acc = self.accumulators[i]
                 self.accumulators[i] = f.retract(acc, value) if retract else f.add(acc, value)
 
     def _results(self) -> list:
-        results = []
-        for i, f in enumerate(self.functions):
-            acc = self.accumulators[i]
-            if f.retract is None:  # taken afresh from the rows held
-                acc = f.zero
-                for _, row in self.held:
-                    if row[i] is not None:
-                        acc = f.add(acc, row[i])
-            results.append(f.result(acc))
-        return results
+        return [
+            e.result() if e is not None else f.result(acc)
+            for f, acc, e in zip(self.functions, self.accumulators, self.extremes, strict=True)
+        ]
+
+
+class _Extreme:
+    """The minimum or maximum of the rows held, as :func:`aggregations._extreme` folds them
+    (NaN if any is NaN; of equal values, the earliest), kept as rows come and go oldest first:
+    a monotonic deque, each row in and out once, where folding the rows held at every firing
+    would cost the range's length per row."""
+
+    def __init__(self, highest: bool) -> None:
+        self.highest = highest
+        self.rows: deque[tuple[int, object]] = deque()  # (sequence, value), each beating the next
+        self.nans = 0
+
+    def add(self, sequence: int, value: object) -> None:
+        if isinstance(value, float) and math.isnan(value):
+            self.nans += 1
+            return
+        rows = self.rows
+        while rows and (value > rows[-1][1] if self.highest else value < rows[-1][1]):
+            rows.pop()
+        rows.append((sequence, value))
+
+    def remove(self, sequence: int, value: object) -> None:
+        if isinstance(value, float) and math.isnan(value):
+            self.nans -= 1
+        elif self.rows and self.rows[0][0] == sequence:
+            self.rows.popleft()
+
+    def result(self) -> object:
+        if self.nans:
+            return math.nan
+        return self.rows[0][1] if self.rows else None
 
 
 class OverReplay:
@@ -140,6 +185,10 @@ class OverReplay:
         aggregation, in order)."""
         self.width, self.aggregations, self.preceding = width, aggregations, preceding
         self.functions = [a.rules for a in aggregations]
+        self.highest = [
+            {"max": True, "min": False}.get(a.function) if a.rules.retract is None else None
+            for a in aggregations
+        ]
         self.chunk_rows = chunk_rows
         self.schema = to_arrow_schema(output_schema(types, width, aggregations), timezone="UTC")
 
@@ -163,7 +212,7 @@ class OverReplay:
                 if starts[i]:
                     if state is not None:
                         self._finish(keys[i - 1], state, rows, counts)
-                    state = KeyOverState(self.preceding, self.functions, timeline)
+                    state = KeyOverState(self.preceding, self.functions, self.highest, timeline)
                 state.add(times[i], list(values[i]), seen[i])
             if state is not None:
                 self._finish(keys[-1], state, rows, counts)

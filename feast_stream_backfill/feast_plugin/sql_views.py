@@ -113,8 +113,8 @@ def _check_agreement(
     keys = sorted(c.name for c in view.entity_columns)
     if keys != sorted(job.keys):
         raise ValueError(
-            f"{where}: its entities' join keys {keys} are not the script's keys (GROUP BY or PARTITION BY) "
-            f"{sorted(job.keys)}"
+            f"{where}: its entities' join keys {keys} are not the script's keys (GROUP BY or "
+            f"PARTITION BY) {sorted(job.keys)}"
         )
     features = sorted(sql_feature_names(view))
     produced = sorted(a.name for a in job.aggregations)
