@@ -1,20 +1,20 @@
 """Backfill throughput against the plain-Spark floor, in one run on the same data.
 
-The floor is the least any backfill must do: read the archive, take the running max of
-event time per partition (the processing time), group by key and window. The floor
-groups by 5-minute tumbling windows for every job; the "kind floor" is plain Spark's shape of
-the job's own windows (sliding windows expanded by ``window``, sessions by
-``session_window``, processing-time windows over ``pt``, per-record firings as a running
-aggregate), which no exact backfill can beat either. Both write to Spark's ``noop`` sink,
-so only computing is timed, warm: every job and its floor first run once on a small archive
+The floor is the least any backfill must do: read the archive, take the running max of event
+time per partition (the processing time), group by key and window. The floor groups by 5-minute
+tumbling windows for every job; the "kind floor" is plain Spark's shape of the job's own
+windows (sliding windows expanded by ``window``, sessions by ``session_window``, processing-
+time windows over ``pt``, per-record firings as a running aggregate, OVER windows as a range
+window), which no exact backfill can beat either. Both write to Spark's ``noop`` sink, so only
+computing is timed, warm: every job and its floor first run once on a small archive
 (:func:`warm_up`), and the floor once on each archive. The plugin's time includes its
-validation pass, duplicate handling, watermark timeline and dropped-record accounting, and
-is broken down by stage (:mod:`feast_stream_backfill.stages`): validation, processing time,
-watermark, windows and triggers (with the status counts), emission log, dropped records.
-Peak memory (JVM heap, and the Python workers' resident memory) of the driver and of each
-executor comes from Spark's own executor metrics. ``--flink`` also times a throughput-tuned
-replay of each job through real Apache Flink on the same cores (:mod:`bench.flink_replay`),
-what a team runs without the plugin, and prints the plugin's ratio to it.
+validation pass, duplicate handling, watermark timeline and dropped-record accounting, and is
+broken down by stage (:mod:`feast_stream_backfill.stages`): validation, processing time,
+watermark, windows and triggers (with the status counts), emission log, dropped records. Peak
+memory (JVM heap, and the Python workers' resident memory) of the driver and of each executor
+comes from Spark's own executor metrics. ``--flink`` also times a throughput-tuned replay of
+each job through real Apache Flink on the same cores (:mod:`bench.flink_replay`), what a team
+runs without the plugin, and prints the plugin's ratio to it.
 
     .venv/bin/python -m bench.backfill_bench --sizes 4000000 16000000 32000000 --repeat 1
     .venv/bin/python -m bench.backfill_bench --sizes 16000000 --partitions 16 2
@@ -40,6 +40,7 @@ from feast_stream_backfill import (
     Aggregation,
     ArchivedTopic,
     EventTimeTrigger,
+    OverWindows,
     PerRecordTrigger,
     ProcessingTimeTrigger,
     SessionWindows,
@@ -70,7 +71,8 @@ def floor(spark, path: str, kind: str = "tumbling") -> None:
     """The floor (``kind`` tumbling), or the same plain-Spark shape for ``kind``'s
     windows: sliding windows expanded by Spark's ``window``, sessions by ``session_window``,
     processing-time windows over ``pt``, per-record firings as a running aggregate (an
-    unbounded aggregation's per key, its TTL left out: less than the job must do)."""
+    unbounded aggregation's per key, its TTL left out: less than the job must do), an OVER
+    window as Spark's range window over event time (without the watermark's waits and drops)."""
     records = spark.read.format("delta").load(path)
     by_offset = (
         Window.partitionBy("partition")
@@ -85,7 +87,16 @@ def floor(spark, path: str, kind: str = "tumbling") -> None:
         "session gap 5m": F.session_window("event_time", "5 minutes"),
         "session+lateness": F.session_window("event_time", "5 minutes"),
     }.get(kind, F.window("event_time", "5 minutes"))
-    if kind == "unbounded ttl 30m":
+    if kind == "over 10m":
+        in_range = (
+            Window.partitionBy("user_id")
+            .orderBy(F.unix_millis("event_time"))
+            .rangeBetween(-10 * MINUTE, Window.currentRow)
+        )
+        aggregated = timed_records.select(
+            "user_id", "event_time", *[v.over(in_range) for v in values]
+        )
+    elif kind == "unbounded ttl 30m":
         so_far = Window.partitionBy("user_id").orderBy("pt", "partition", "offset")
         aggregated = timed_records.select("user_id", "pt", *[v.over(so_far) for v in values])
     elif kind == "per-record":
@@ -116,6 +127,9 @@ KINDS = {
         "window": SessionWindows(5 * MINUTE),
         "trigger": EventTimeTrigger(allowed_lateness_ms=5 * MINUTE),
     },
+    # Flink SQL's OVER (PARTITION BY user_id ORDER BY ts RANGE BETWEEN INTERVAL '10' MINUTE
+    # PRECEDING AND CURRENT ROW)
+    "over 10m": {"window": OverWindows(10 * MINUTE)},
     # Flink SQL's GROUP BY user_id with 'table.exec.state.ttl' = '30 min' (job_from_sql)
     "unbounded ttl 30m": {
         "window": SessionWindows(30 * MINUTE, domain="processing"),
