@@ -111,6 +111,7 @@ def test_plan_says_which_strategy_runs_and_why(repo):
         "  aligned-unsorted: accepts",
         "  aligned-in-order: accepts",
         "  merging: needs session windows",
+        "  over: needs OVER windows",
     ]
     enriched = run(repo, "plan", "user_fees_5m")  # a lookup and a derived column
     assert enriched.output.splitlines()[:2] == [
