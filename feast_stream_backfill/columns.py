@@ -73,6 +73,11 @@ FIRE_POSITION = _column("_fire_pos", "triggers", "where in processing order a wi
 FIRED_BY_RECORD = _column(
     "_fired_by_record", "triggers", "fired by a record (late, per record), not by a timer"
 )
+FIRE_ORDER = _column(
+    "_fire_order",
+    "triggers",
+    "a replay's order of a key's firings where their windows do not tell it (OVER rows)",
+)
 SHARED_INSTANT = _column(
     "_shared_instant", "triggers", "a fire time at which a key may fire twice, epoch ms"
 )

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.columns import (
+    FIRE_ORDER,
     FIRE_POSITION,
     FIRED_BY_RECORD,
     SHARED_INSTANT,
@@ -53,8 +54,11 @@ def emission_log(
     within_position = F.when(F.col(FIRED_BY_RECORD), -F.col(WINDOW_START)).otherwise(
         F.col(WINDOW_END)
     )
+    # A replay's firings carry their order where windows do not tell it (an OVER row's
+    # window is its own time's: the rows of one time share it).
+    replayed_order = [FIRE_ORDER] if FIRE_ORDER in firings.columns else []
     at_same_instant = Window.partitionBy(*keys, "_emit_ms").orderBy(
-        FIRE_POSITION, F.col(FIRED_BY_RECORD).desc(), within_position
+        FIRE_POSITION, F.col(FIRED_BY_RECORD).desc(), within_position, *replayed_order
     )
     firings = firings.withColumn("_emit_ms", emit_ms)
     numbered = F.row_number().over(at_same_instant) - 1

@@ -2,13 +2,18 @@
 order, in; emissions, dropped rows and status counts out, in the session replay's shape
 (:func:`session_replay.output_schema`).
 
-Each key replays Flink SQL's ``RowTimeRangeBoundedPrecedingFunction`` against the combined
-watermark's timeline, with the model's rules (``rules.over_*``): a row waits for a timer at its
-own time, which fires at the first rise of the watermark to it after the row came; the timer
-retracts the rows that fell out of range, adds the rows of its time and writes each of them out
-with the result. What a row sees depends on every timer its key fired before it (the time it
-last emitted, the cleanup timers), so a key is replayed in order, row by row: no Spark window
-function or join states a keyed timer service's order, and no library replays one.
+Each key replays Flink SQL's OVER function for its frame (:class:`OverWindows`) against the
+combined watermark's timeline, with the model's rules (``rules.over_*``): a row waits for a
+timer at its own time, which fires at the first rise of the watermark to it after the row
+came; the timer retracts the rows that left a bounded frame, adds the rows of its time and
+writes each of them out with the result. What a row sees depends on every timer its key fired
+before it (the time it last emitted, the cleanup timers), so a key is replayed in order, row by
+row: no Spark window function or join states a keyed timer service's order, and no library
+replays one.
+
+In the emission log a row at ``t`` is the window ending at ``t + 1``; it starts at ``t - p``
+for ``RANGE`` ``p``, and at the first row the value aggregates for the other frames. A dropped
+row is counted in ``[t - p, t + 1)`` for ``RANGE`` ``p``, else in ``[t, t + 1)``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from feast_stream_backfill import rules
@@ -29,34 +33,38 @@ from feast_stream_backfill.merging_window_set import WatermarkTimeline
 from feast_stream_backfill.processing_order import FIELDS
 from feast_stream_backfill.session_replay import (
     CHUNK_ROWS,
-    COUNT,
-    KIND_OF_ROW,
+    ReplayOutput,
     key_starts,
     output_schema,
     whole_keys,
 )
 from feast_stream_backfill.triggers import DROPPED, ON_TIME, PENDING, STATUSES
+from feast_stream_backfill.windows import OverWindows
 
 
 class KeyOverState:
-    """One key's state in ``RowTimeRangeBoundedPrecedingFunction``: rows waiting for their
-    timers, rows emitted and still in range (time order: the order Flink's RocksDB state
-    retracts them in, which decides a floating sum's rounding), the accumulators,
-    ``lastTriggeringTs``, the cleanup time and the pending timers (one per time, as Flink's
-    timer service keeps them), each with the timeline change it fires at."""
+    """One key's state in Flink's OVER function for its frame (:class:`OverWindows`): rows
+    waiting for their timers, rows emitted and still in the frame (time order: the order
+    Flink's RocksDB state retracts them in, which decides a floating sum's rounding), the
+    accumulators, ``lastTriggeringTs``, a ``RANGE`` frame's cleanup time and the pending timers
+    (one per time, as Flink's timer service keeps them), each with the timeline change it
+    fires at."""
 
     def __init__(
         self,
-        preceding: int,
+        window: OverWindows,
         functions: Sequence[Function],
         highest: Sequence[bool | None],
         timeline: WatermarkTimeline,
     ):
         """``highest``: per function, a maximum (True), a minimum (False) or neither."""
-        self.preceding, self.functions, self.timeline = preceding, functions, timeline
+        self.window, self.functions, self.timeline = window, functions, timeline
+        self.preceding, self.unbounded = window.preceding, window.unbounded
+        self.cleans = window.frame == "range" and not window.unbounded
         self.highest = highest
         self._added = 0  # rows added so far: each held row's sequence number
-        self.firings: list[tuple] = []  # (time, rows, record count, values, change index)
+        #: (time, rows, record count, values, change index, first time aggregated)
+        self.firings: list[tuple] = []
         self.dropped: dict[int, int] = {}
         self._clear()
         self._timers: dict[int, int] = {}
@@ -64,7 +72,9 @@ class KeyOverState:
 
     def _clear(self) -> None:
         self.waiting: dict[int, list[list]] = {}
-        self.held: deque[tuple[int, int, list]] = deque()  # (time, sequence, values)
+        #: (time, sequence, values); an unbounded frame never retracts: its first row only
+        self.held: deque[tuple[int, int, list]] = deque()
+        self.count = 0  # rows in the frame
         self.accumulators = [f.zero for f in self.functions]
         self.extremes = [None if h is None else _Extreme(h) for h in self.highest]
         self.last = 0
@@ -73,12 +83,18 @@ class KeyOverState:
     def add(self, time: int, values: list, seen: int) -> None:
         """A row at event ``time`` arrives after ``seen`` changes of the watermark."""
         self.fire_before(seen)
-        if rules.over_dropped(time, self.last):
+        if self.unbounded:
+            dropped = seen > 0 and rules.over_late(time, self.timeline.values[seen - 1])
+        else:
+            dropped = rules.over_dropped(time, self.last)
+        if dropped:
             self.dropped[time] = self.dropped.get(time, 0) + 1
             return
         self.waiting.setdefault(time, []).append(values)
         self._timer(time, seen)
-        if self.cleanup is None or rules.over_cleanup_renewed(self.cleanup, time, self.preceding):
+        if self.cleans and (
+            self.cleanup is None or rules.over_cleanup_renewed(self.cleanup, time, self.preceding)
+        ):
             self.cleanup = rules.over_cleanup_time(time, self.preceding)
             self._timer(self.cleanup, seen)
 
@@ -104,17 +120,34 @@ class KeyOverState:
             self._clear()
             return
         rows = self.waiting.pop(time, None)
-        if rows:
-            first = rules.over_start(time, self.preceding)
-            while self.held and self.held[0][0] < first:
-                _, sequence, gone = self.held.popleft()
-                self._fold(sequence, gone, retract=True)
+        if rows and self.window.frame == "rows":
+            for row in rows:  # each written with the rows up to it
+                if not self.unbounded and rules.over_rows_full(self.count, self.preceding):
+                    self._retract()
+                self._add(time, row)
+                self.firings.append((time, 1, self.count, self._results(), at, self.held[0][0]))
+        elif rows:  # RANGE: the rows of a time written together, each with all of them
+            if not self.unbounded:
+                first = rules.over_start(time, self.preceding)
+                while self.held and self.held[0][0] < first:
+                    self._retract()
             for row in rows:
-                self._added += 1
-                self._fold(self._added, row, retract=False)
-                self.held.append((time, self._added, row))
-            self.firings.append((time, len(rows), len(self.held), self._results(), at))
+                self._add(time, row)
+            start = self.held[0][0] if self.unbounded else rules.over_start(time, self.preceding)
+            self.firings.append((time, len(rows), self.count, self._results(), at, start))
         self.last = time
+
+    def _add(self, time: int, row: list) -> None:
+        self._added += 1
+        self._fold(self._added, row, retract=False)
+        self.count += 1
+        if not (self.unbounded and self.held):  # an unbounded frame keeps its first row only
+            self.held.append((time, self._added, row))
+
+    def _retract(self) -> None:
+        _, sequence, gone = self.held.popleft()
+        self._fold(sequence, gone, retract=True)
+        self.count -= 1
 
     def _fold(self, sequence: int, row: list, retract: bool) -> None:
         for i, (f, value) in enumerate(zip(self.functions, row, strict=True)):
@@ -177,20 +210,20 @@ class OverReplay:
         self,
         width: int,
         aggregations: Sequence[Aggregation],
-        preceding: int,
+        window: OverWindows,
         types: StructType,
         chunk_rows: int = CHUNK_ROWS,
     ) -> None:
         """``types``: the keys' and the aggregated columns' (the input holds one value per
         aggregation, in order)."""
-        self.width, self.aggregations, self.preceding = width, aggregations, preceding
+        self.width, self.aggregations, self.window = width, aggregations, window
         self.functions = [a.rules for a in aggregations]
         self.highest = [
             {"max": True, "min": False}.get(a.function) if a.rules.retract is None else None
             for a in aggregations
         ]
         self.chunk_rows = chunk_rows
-        self.schema = to_arrow_schema(output_schema(types, width, aggregations), timezone="UTC")
+        self.output = ReplayOutput(output_schema(types, width, aggregations), width)
 
     def __call__(
         self, batches: Iterator[pa.RecordBatch], timeline: WatermarkTimeline
@@ -212,20 +245,19 @@ class OverReplay:
                 if starts[i]:
                     if state is not None:
                         self._finish(keys[i - 1], state, rows, counts)
-                    state = KeyOverState(self.preceding, self.functions, self.highest, timeline)
+                    state = KeyOverState(self.window, self.functions, self.highest, timeline)
                 state.add(times[i], list(values[i]), seen[i])
             if state is not None:
                 self._finish(keys[-1], state, rows, counts)
             if rows:
-                yield self._rows(rows)
-        yield self._statuses(counts)
+                yield self.output.rows(rows)
+        yield self.output.statuses(counts)
 
     def _finish(self, key: tuple, state: KeyOverState, rows: list, counts: dict) -> None:
         state.fire_before(len(state.timeline))
         nowhere = (None,) * len(FIELDS)
         no_values = (None,) * len(self.aggregations)
-        for time, n, held, values, at in state.firings:
-            start = rules.over_start(time, self.preceding)
+        for order, (time, n, held, values, at, start) in enumerate(state.firings):
             firing = (
                 *key,
                 "firing",
@@ -236,39 +268,14 @@ class OverReplay:
                 ON_TIME,
                 held,
                 None,
+                order,
                 *values,
             )
             rows.extend([firing] * n)
             counts[ON_TIME] += n
         for time, n in state.dropped.items():
-            start = rules.over_start(time, self.preceding)
-            rows.append(
-                (*key, "dropped", start, time + 1, *nowhere, None, None, None, n, *no_values)
-            )
+            start = rules.over_start(time, state.preceding) if state.cleans else time
+            dropped = (*key, "dropped", start, time + 1, *nowhere, None, None, None, n, None)
+            rows.append((*dropped, *no_values))
             counts[DROPPED] += n
         counts[PENDING] += sum(len(r) for r in state.waiting.values())
-
-    def _statuses(self, counts: dict) -> pa.RecordBatch:
-        n = len(counts)
-        arrays = []
-        for field in self.schema:
-            if field.name == KIND_OF_ROW:
-                arrays.append(pa.array(["status"] * n, field.type))
-            elif field.name == "firing":
-                arrays.append(pa.array(list(counts), field.type))
-            elif field.name == COUNT:
-                arrays.append(pa.array(list(counts.values()), field.type))
-            else:
-                arrays.append(pa.nulls(n, field.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-    def _rows(self, rows: list[tuple]) -> pa.RecordBatch:
-        out = pa.RecordBatch.from_arrays(
-            [
-                pa.array(c, type=t)
-                for c, t in zip(zip(*rows, strict=True), self.schema.types, strict=True)
-            ],
-            schema=self.schema,
-        )
-        rows.clear()
-        return out

@@ -159,11 +159,24 @@ def over_start(time: T, preceding_ms: int) -> T:
 
 
 def over_dropped(time: T, last_emitted: T) -> Any:
-    """``RowTimeRangeBoundedPrecedingFunction.processElement``: a row no later than its key's
-    last timer (``lastTriggeringTs``: 0 before any, and again once the key's state is cleared)
-    is dropped, whatever the watermark; a later one waits for its own timer, even if the
+    """A bounded frame's ``processElement`` (``RowTimeRangeBoundedPrecedingFunction``,
+    ``RowTimeRowsBoundedPrecedingFunction``): a row no later than its key's last timer
+    (``lastTriggeringTs``: 0 before any, and again once a ``RANGE`` key's state is cleared) is
+    dropped, whatever the watermark; a later one waits for its own timer, even if the
     watermark has passed it (it fires with the watermark's next rise)."""
     return time <= last_emitted
+
+
+def over_late(time: T, watermark: T) -> Any:
+    """An unbounded frame's ``processElement`` (``RowTimeUnboundedPrecedingOverFunctionV2``):
+    a row the operator's watermark has reached is dropped; a later one waits for its timer."""
+    return reached(watermark, time)
+
+
+def over_rows_full(held: T, preceding_rows: int) -> Any:
+    """``RowTimeRowsBoundedPrecedingFunction.onTimer``: a ``ROWS`` frame holding its
+    ``n + 1`` rows (``precedingOffset``) retracts the oldest before it adds a row."""
+    return held >= preceding_rows + 1
 
 
 def over_cleanup_renewed(cleanup: T, time: T, preceding_ms: int) -> Any:

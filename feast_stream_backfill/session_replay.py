@@ -20,7 +20,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 
 from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Aggregation
-from feast_stream_backfill.columns import FIRED_BY_RECORD, WINDOW_END, WINDOW_START
+from feast_stream_backfill.columns import FIRE_ORDER, FIRED_BY_RECORD, WINDOW_END, WINDOW_START
 from feast_stream_backfill.merging_window_set import (
     MergingWindowSet,
     ProcessingClock,
@@ -66,9 +66,58 @@ def output_schema(types: StructType, width: int, aggregations: Sequence[Aggregat
             StructField("firing", StringType()),
             StructField("record_count", LongType()),
             StructField(COUNT, LongType()),
+            StructField(FIRE_ORDER, LongType()),
             *[StructField(a.name, a.result_type(types[a.column].dataType)) for a in aggregations],
         ]
     )
+
+
+class ReplayOutput:
+    """The batches a per-key replay writes, in :func:`output_schema`'s shape: firings and
+    dropped records as columns or as row tuples, and the status counts."""
+
+    def __init__(self, schema: StructType, width: int) -> None:
+        self.schema = to_arrow_schema(schema, timezone="UTC")
+        self.width = width
+
+    def batch(self, n: int, columns: dict, keys: pa.Table | None = None) -> pa.RecordBatch:
+        """A batch of ``n`` rows: ``columns`` by name (a scalar repeats), ``keys``' columns,
+        nulls elsewhere."""
+        arrays = []
+        for i, field in enumerate(self.schema):
+            if keys is not None and i < self.width:
+                arrays.append(keys.column(i).combine_chunks().cast(field.type))
+                continue
+            value = columns.get(field.name)
+            if value is None:
+                arrays.append(pa.nulls(n, field.type))
+            elif isinstance(value, tuple):  # (numpy values, null mask)
+                arrays.append(pa.array(value[0], type=field.type, mask=value[1]))
+            elif isinstance(value, pa.Array):
+                arrays.append(value.cast(field.type))
+            elif isinstance(value, np.ndarray):
+                arrays.append(pa.array(value, type=field.type))
+            else:
+                arrays.append(pa.array(np.full(n, value) if n else [], type=field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def rows(self, rows: list[tuple]) -> pa.RecordBatch:
+        """``rows``, each a tuple of the schema's columns, as a batch; the list is emptied."""
+        out = pa.RecordBatch.from_arrays(
+            [
+                pa.array(c, type=t)
+                for c, t in zip(zip(*rows, strict=True), self.schema.types, strict=True)
+            ],
+            schema=self.schema,
+        )
+        rows.clear()
+        return out
+
+    def statuses(self, counts: dict[str, int]) -> pa.RecordBatch:
+        """The status counts, a row each."""
+        status = pa.array(list(counts), pa.string())
+        n = pa.array(list(counts.values()), pa.int64())
+        return self.batch(len(counts), {KIND_OF_ROW: "status", "firing": status, COUNT: n})
 
 
 class SessionReplay:
@@ -98,8 +147,7 @@ class SessionReplay:
         self.vectorised = vectorised and all(
             vectorisable(a.function, to_arrow_type(types[a.column].dataType)) for a in aggregations
         )
-        schema = output_schema(types, width, aggregations)
-        self.schema = to_arrow_schema(schema, timezone="UTC")
+        self.output = ReplayOutput(output_schema(types, width, aggregations), width)
         self.value_at = [width + 5 + columns.index(a.column) for a in aggregations]
 
     def __call__(
@@ -115,30 +163,7 @@ class SessionReplay:
                 rest = np.flatnonzero(~simple)
             if rest.size:
                 yield from self._replayed(chunk.take(rest), clock, counts)
-        status = pa.array(list(counts), pa.string())
-        n = pa.array(list(counts.values()), pa.int64())
-        yield self._batch(len(counts), {KIND_OF_ROW: "status", "firing": status, COUNT: n})
-
-    def _batch(self, n: int, columns: dict, keys: pa.Table | None = None) -> pa.RecordBatch:
-        """A batch of ``n`` rows: ``columns`` by name (a scalar repeats), ``keys``' columns,
-        nulls elsewhere."""
-        arrays = []
-        for i, field in enumerate(self.schema):
-            if keys is not None and i < self.width:
-                arrays.append(keys.column(i).combine_chunks().cast(field.type))
-                continue
-            value = columns.get(field.name)
-            if value is None:
-                arrays.append(pa.nulls(n, field.type))
-            elif isinstance(value, tuple):  # (numpy values, null mask)
-                arrays.append(pa.array(value[0], type=field.type, mask=value[1]))
-            elif isinstance(value, pa.Array):
-                arrays.append(value.cast(field.type))
-            elif isinstance(value, np.ndarray):
-                arrays.append(pa.array(value, type=field.type))
-            else:
-                arrays.append(pa.array(np.full(n, value) if n else [], type=field.type))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        yield self.output.statuses(counts)
 
     def _simple(
         self,
@@ -199,7 +224,7 @@ class SessionReplay:
         rows, key, time = rows[order], key[order], t[rows][order]
         first = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]) | (time[1:] != time[:-1])])
         n = np.diff(np.r_[first, len(rows)])
-        return self._batch(
+        return self.output.batch(
             len(first),
             {
                 KIND_OF_ROW: "dropped",
@@ -242,7 +267,7 @@ class SessionReplay:
             result, null = aggregate(function, column, rows, session, cumulative=False)
             columns[a.name] = (result[fired], null[fired])
         keys = chunk.select(range(self.width)).take(rows[first][fired])
-        return self._batch(len(fired), columns, keys)
+        return self.output.batch(len(fired), columns, keys)
 
     def _per_record(self, chunk, rows, t, session, values, at, counts) -> pa.RecordBatch:
         """Each record fires its session at once, with the records so far."""
@@ -259,7 +284,7 @@ class SessionReplay:
         columns |= _at(at)
         for a, (function, column) in zip(self.aggregations, values, strict=True):
             columns[a.name] = aggregate(function, column, rows, session, cumulative=True)
-        return self._batch(len(rows), columns, chunk.select(range(self.width)).take(rows))
+        return self.output.batch(len(rows), columns, chunk.select(range(self.width)).take(rows))
 
     def _replayed(
         self, chunk: pa.Table, clock: WatermarkTimeline | ProcessingClock, counts: dict
@@ -274,11 +299,12 @@ class SessionReplay:
         def finish(key: tuple, sessions: MergingWindowSet) -> None:
             sessions.finish()
             for f in sessions.firings:
-                at = (f.start, f.end, *f.at, f.by_record, f.label, f.record_count, None)
+                at = (f.start, f.end, *f.at, f.by_record, f.label, f.record_count, None, None)
                 rows.append((*key, "firing", *at, *f.values))
             for time, n in sessions.dropped.items():
                 end = rules.session_end(time, gap)
-                rows.append((*key, "dropped", time, end, *nowhere, None, None, None, n, *no_values))
+                dropped = (*key, "dropped", time, end, *nowhere, None, None, None, n, None)
+                rows.append((*dropped, *no_values))
             for status, n in sessions.counts.items():
                 counts[status] += n
 
@@ -298,22 +324,11 @@ class SessionReplay:
                     Position.record(pt, topic, partition, offset),
                 )
             if len(rows) >= self.chunk_rows:
-                yield self._rows(rows)
+                yield self.output.rows(rows)
         if sessions is not None:
             finish(key, sessions)
         if rows:
-            yield self._rows(rows)
-
-    def _rows(self, rows: list[tuple]) -> pa.RecordBatch:
-        out = pa.RecordBatch.from_arrays(
-            [
-                pa.array(c, type=t)
-                for c, t in zip(zip(*rows, strict=True), self.schema.types, strict=True)
-            ],
-            schema=self.schema,
-        )
-        rows.clear()
-        return out
+            yield self.output.rows(rows)
 
 
 def _at(position: tuple) -> dict:

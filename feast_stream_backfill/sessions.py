@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from feast_stream_backfill import rules
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import (
+    FIRE_ORDER,
     FIRE_POSITION,
     FIRED_BY_RECORD,
     OFFSET,
@@ -36,6 +37,8 @@ from feast_stream_backfill.columns import (
     WINDOW_END,
     WINDOW_START,
 )
+from feast_stream_backfill.job import StreamJob, long_sums, refusing_overflow
+from feast_stream_backfill.job_records import WindowInput
 from feast_stream_backfill.merging_window_set import ProcessingClock, WatermarkTimeline
 from feast_stream_backfill.processing_order import FIELDS, fields, from_fields
 from feast_stream_backfill.session_replay import (
@@ -46,6 +49,7 @@ from feast_stream_backfill.session_replay import (
     output_schema,
 )
 from feast_stream_backfill.stages import stage
+from feast_stream_backfill.strategies import Windowed
 from feast_stream_backfill.triggers import Trigger
 from feast_stream_backfill.windows import SessionWindows
 
@@ -59,11 +63,10 @@ def session_firings(
     window: SessionWindows,
     trigger: Trigger,
     watermark_timeline: DataFrame | None,
-) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame]:
-    """Returns (firings, dropped, statuses, cached): firings as the emission log reads them
-    (with ``_fire_pos``), dropped records per key and (own) window, ``_status`` counts, and
-    the cached replay output (release it after use). ``watermark_timeline`` (``_pos``,
-    ``_w``) is the combined watermark's changes; None for processing-time sessions."""
+) -> DataFrame:
+    """The sessions replayed per key (:func:`replayed_per_key`), for :func:`windowed`.
+    ``watermark_timeline`` (``_pos``, ``_w``) is the combined watermark's changes; None for
+    processing-time sessions."""
     event_time = window.domain == "event"
     timeline = broadcast_timeline(records, watermark_timeline) if event_time else None
     lateness = trigger.allowed_lateness_ms if event_time else 0
@@ -72,7 +75,7 @@ def session_firings(
     replay = SessionReplay(
         len(keys), columns, aggregations, window.gap_ms, trigger, lateness, types
     )
-    out = replayed_per_key(
+    return replayed_per_key(
         records,
         keys,
         window.time(),
@@ -80,7 +83,6 @@ def session_firings(
         lambda batches: replay(batches, timeline.value if timeline else ProcessingClock()),
         output_schema(types, len(keys), aggregations),
     )
-    return (*read_replay(out, keys, aggregations), out)
 
 
 def replayed_per_key(
@@ -129,12 +131,15 @@ def broadcast_timeline(records: DataFrame, watermark_timeline: DataFrame) -> Bro
         return records.sparkSession.sparkContext.broadcast(WatermarkTimeline.from_arrow(ordered))
 
 
-def read_replay(
-    out: DataFrame, keys: Sequence[str], aggregations: Sequence[Aggregation]
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """The replay's output as (firings, dropped, statuses)."""
+def windowed(job: StreamJob, records: WindowInput, replayed: DataFrame) -> Windowed:
+    """A per-key replay's output (:func:`replayed_per_key`) as the strategies hand it on:
+    firings as the emission log reads them (with ``_fire_pos``), dropped records per key and
+    window, and the status counts, taken here, where a sum of longs overflowing in the replay
+    is Flink's error. A key can write several rows at one instant (sessions merge; an OVER key
+    writes one per record), so no instant is shared."""
+    keys, aggregations = job.keys, job.aggregations
     kind = F.col(KIND_OF_ROW)
-    firings = out.where(kind == "firing").select(
+    firings = replayed.where(kind == "firing").select(
         *keys,
         WINDOW_START,
         WINDOW_END,
@@ -142,16 +147,29 @@ def read_replay(
         FIRED_BY_RECORD,
         "firing",
         "record_count",
+        FIRE_ORDER,
         *[a.name for a in aggregations],
     )
     dropped = (  # a key's stretches may be counted apart (numpy and the replay)
-        out.where(kind == "dropped")
+        replayed.where(kind == "dropped")
         .groupBy(*keys, WINDOW_START, WINDOW_END)
         .agg(F.sum(COUNT).alias("dropped_count"))
     )
     statuses = (
-        out.where(kind == "status")
+        replayed.where(kind == "status")
         .groupBy(F.col("firing").alias(STATUS))
         .agg(F.sum(COUNT).alias("n"))
     )
-    return firings, dropped, statuses
+    summing_longs = long_sums(job, records.windowed)
+    with refusing_overflow(summing_longs), stage("windows and triggers"):
+        counted = {row[STATUS]: row["n"] for row in statuses.collect()}
+    return Windowed(
+        fired=firings,
+        dropped=dropped,
+        counts=records.counts,
+        records_without_state=records.without_state(job),
+        statuses=counted,
+        shared=None,
+        long_sums=summing_longs,
+        cached=[*records.cached, replayed],
+    )

@@ -189,16 +189,30 @@ class SessionWindows:
 
 @dataclass(frozen=True)
 class OverWindows:
-    """Flink SQL's event-time ``OVER (PARTITION BY keys ORDER BY rowtime RANGE BETWEEN
-    INTERVAL preceding PRECEDING AND CURRENT ROW)``: every row of a key is written out with the
-    aggregate of that key's rows whose times are within ``preceding_ms`` before its own, up to
-    and including it: the window ``[t - preceding, t + 1)``. A row waits for the watermark to
-    reach its time, and a row no later than the last time its key emitted is dropped
-    (:mod:`feast_stream_backfill.over_replay`); there is no other trigger and no lateness.
+    """Flink SQL's event-time ``OVER (PARTITION BY keys ORDER BY rowtime <frame>)``: every row
+    of a key is written out with the aggregate of its frame, the key's rows up to and including
+    it. A row waits for the watermark to reach its time (:mod:`feast_stream_backfill.over_replay`);
+    there is no other trigger and no lateness. The frames, as Flink runs them:
+
+    - ``RANGE BETWEEN INTERVAL p PRECEDING AND CURRENT ROW`` (``preceding_ms=p``): the rows
+      within ``p`` ms before its time, the window ``[t - p, t + 1)``; a row no later than the
+      last time its key emitted is dropped, and a key's state is cleared ``1.5 p`` after its
+      latest row (``RowTimeRangeBoundedPrecedingFunction``).
+    - ``ROWS BETWEEN n PRECEDING AND CURRENT ROW`` (``frame="rows", preceding_rows=n``): the
+      row and the ``n`` kept before it, in time and then arrival order; the same drop, no
+      cleanup (``RowTimeRowsBoundedPrecedingFunction``).
+    - ``RANGE`` or ``ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`` (no bound; the frame
+      when none is written is ``RANGE``'s): every row of the key so far; a row the watermark
+      has reached is dropped (``RowTimeUnboundedPrecedingOverFunctionV2``).
+
+    ``RANGE`` writes the rows of one time together, each with all of them; ``ROWS`` one by
+    one, each with the rows before it.
     """
 
-    preceding_ms: int
+    preceding_ms: int | None = None
     domain: Literal["event"] = "event"
+    frame: Literal["range", "rows"] = "range"
+    preceding_rows: int | None = None
     merges: ClassVar[bool] = False
     assigned: ClassVar[bool] = False
 
@@ -208,10 +222,26 @@ class OverWindows:
                 "OVER windows are modelled over an event-time attribute (ORDER BY a rowtime "
                 f"column): domain must be 'event', got {self.domain!r}"
             )
-        if self.preceding_ms < 0:
+        if self.frame not in ("range", "rows"):
+            raise ValueError(f"an OVER window's frame is 'range' or 'rows', got {self.frame!r}")
+        bound, other = ("preceding_ms", "preceding_rows")[:: 1 if self.frame == "range" else -1]
+        if getattr(self, other) is not None:
             raise ValueError(
-                f"an OVER window's preceding range must be >= 0 ms, got {self.preceding_ms}"
+                f"a {self.frame.upper()} frame is bounded by {bound}, not {other} "
+                f"(got {other}={getattr(self, other)})"
             )
+        if self.preceding is not None and self.preceding < 0:
+            raise ValueError(f"an OVER window's {bound} must be >= 0, got {self.preceding}")
+
+    @property
+    def preceding(self) -> int | None:
+        """The frame's bound before the current row, in its unit (ms or rows); None:
+        ``UNBOUNDED PRECEDING``."""
+        return self.preceding_ms if self.frame == "range" else self.preceding_rows
+
+    @property
+    def unbounded(self) -> bool:
+        return self.preceding is None
 
     def time(self) -> Column:
         """The time that places a row: its event time."""

@@ -44,6 +44,12 @@ class Job:
     gap: int = 0  # > 0: session windows with this gap (size and slide unused)
     step: int = 0  # > 0: cumulative windows [start, start + k * step), k * step <= size
     over: int | None = None  # Flink SQL's event-time OVER, RANGE of this many ms PRECEDING
+    over_rows: int | None = None  # OVER, ROWS of this many rows PRECEDING
+    over_unbounded: str = ""  # OVER, "range" or "rows" BETWEEN UNBOUNDED PRECEDING
+
+    @property
+    def is_over(self) -> bool:
+        return self.over is not None or self.over_rows is not None or bool(self.over_unbounded)
 
 
 class Split:
@@ -158,8 +164,12 @@ def simulate(
     buffered: dict[tuple, int] = defaultdict(int)  # window -> records awaiting its timer
     # OVER (RowTimeRangeBoundedPrecedingFunction): per key, its rows in state by time, the
     # SUM's running accumulator (added and retracted as Flink does: rounding and NaN stay),
-    # lastTriggeringTs (0: none) and the cleanup timer's time; timers (time, key)
+    # lastTriggeringTs (0: none) and the cleanup timer's time; timers (time, key). ROWS and
+    # UNBOUNDED frames (RowTimeRowsBoundedPrecedingFunction,
+    # RowTimeUnboundedPrecedingOverFunctionV2) keep their frame's rows, oldest first, as
+    # (time, value) in over_frame, over_rows holding the rows not yet fired.
     over_rows: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    over_frame: dict[str, list[tuple[int, float]]] = defaultdict(list)
     over_sum: dict[str, float | None] = defaultdict(lambda: None)
     over_last: dict[str, int] = defaultdict(int)
     over_cleanup: dict[str, int] = {}
@@ -211,11 +221,48 @@ def simulate(
                 sessions.discard((start, end))
                 del contents[(key, start, end)]
 
+    def over_emit(key: str, start: int, time: int, now: int, values: list[float]) -> None:
+        emissions.append(
+            (
+                key,
+                start,
+                time + 1,
+                now + job.operator_delay,
+                "on_time",
+                len(values),
+                over_sum[key],
+                java_min(values),
+                java_max(values),
+            )
+        )
+        status["on_time"] += 1
+
+    def over_plus(key: str, v: float, sign: int) -> None:
+        """The SUM's accumulator, adding (1) or retracting (-1) ``v``."""
+        over_sum[key] = sign * v if over_sum[key] is None else over_sum[key] + sign * v
+
     def over_fire(key: str, time: int, now: int) -> None:
         """``onTimer``: a cleanup timer due clears the key's state; otherwise the rows at
         ``time`` (if any) are added after those more than ``over`` ms older are retracted (in
         time order, as RocksDB iterates), and each is emitted with the result. Any timer,
-        with rows or not, becomes the key's lastTriggeringTs."""
+        with rows or not, becomes the key's lastTriggeringTs. ROWS: each row, in turn, after
+        the oldest is retracted from a full frame (n + 1 rows), with the rows up to it;
+        UNBOUNDED: nothing is retracted."""
+        if job.over is None:
+            rows = over_rows[key].pop(time, [])
+            frame = over_frame[key]
+            for v in rows:
+                if job.over_rows is not None and len(frame) >= job.over_rows + 1:
+                    over_plus(key, frame.pop(0)[1], -1)
+                over_plus(key, v, 1)
+                frame.append((time, v))
+                if job.over_unbounded != "range":
+                    over_emit(key, frame[0][0], time, now, [v for _, v in frame])
+            if job.over_unbounded == "range":
+                for _ in rows:
+                    over_emit(key, frame[0][0], time, now, [v for _, v in frame])
+            over_last[key] = time
+            return
         cleanup = over_cleanup.get(key)
         if cleanup is not None and cleanup <= time:
             for state in (over_rows, over_sum, over_last, over_cleanup):
@@ -226,40 +273,31 @@ def simulate(
             gone = [t for t in sorted(rows) if time - t > job.over]
             for t in gone:
                 for v in rows[t]:
-                    over_sum[key] = -v if over_sum[key] is None else over_sum[key] - v
+                    over_plus(key, v, -1)
             for v in rows[time]:
-                over_sum[key] = v if over_sum[key] is None else over_sum[key] + v
+                over_plus(key, v, 1)
             for t in gone:
                 del rows[t]
             values = [v for t in sorted(rows) if t <= time for v in rows[t]]
             for _ in rows[time]:
-                emissions.append(
-                    (
-                        key,
-                        time - job.over,
-                        time + 1,
-                        now + job.operator_delay,
-                        "on_time",
-                        len(values),
-                        over_sum[key],
-                        java_min(values),
-                        java_max(values),
-                    )
-                )
-                status["on_time"] += 1
+                over_emit(key, time - job.over, time, now, values)
         over_last[key] = time
 
     def over_add(r: Record) -> None:
-        """``processElement``: a row no later than the key's lastTriggeringTs is dropped;
-        otherwise kept with a timer at its time, and the cleanup timer pushed to at least
+        """``processElement``: a bounded frame drops a row no later than the key's
+        lastTriggeringTs, an unbounded one a row the watermark has reached; otherwise the row
+        is kept with a timer at its time, and a RANGE frame's cleanup timer pushed to at least
         ``over`` ms past it."""
         time, key = r.et, r.key
-        if time <= over_last[key]:
-            dropped[(key, time - job.over)] += 1
+        late = time <= watermark if job.over_unbounded else time <= over_last[key]
+        if late:
+            dropped[(key, time if job.over is None else time - job.over)] += 1
             status["dropped"] += 1
             return
         over_rows[key].setdefault(time, []).append(r.value)
         over_timers.add((time, key))
+        if job.over is None:
+            return
         cleanup = over_cleanup.get(key)
         if cleanup is None or cleanup < time + job.over + 1:
             over_cleanup[key] = time + int(job.over * 1.5) + 1
@@ -319,9 +357,9 @@ def simulate(
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        if job.over is not None and r.key is not None:
+        if job.is_over and r.key is not None:
             over_add(r)
-        assigned = r.key is not None and job.over is None
+        assigned = r.key is not None and not job.is_over
         for start, end in windows_for(time, r) if assigned else []:
             window = (r.key, start, end)
             max_ts = end - 1

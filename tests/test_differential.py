@@ -98,6 +98,10 @@ def plugin_window(
 ) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
     if job.over is not None:
         return OverWindows(job.over)
+    if job.over_rows is not None:
+        return OverWindows(frame="rows", preceding_rows=job.over_rows)
+    if job.over_unbounded:
+        return OverWindows(frame=job.over_unbounded)
     if job.gap:
         return SessionWindows(job.gap, job.domain)
     if job.step:
@@ -283,7 +287,7 @@ def archive(rng: Chooser, topics: Sequence[str], values: Sequence[float]) -> lis
 
 #: The options whose every pair of values the table covers (booleans: off / on).
 OPTIONS: dict[str, tuple] = {
-    "kind": ("tumbling", "sliding", "session", "over"),
+    "kind": ("tumbling", "sliding", "session", "over", "over rows", "over unbounded"),
     "domain": ("event", "processing"),
     "emission": ("periodic", "on_event"),
     "trigger": ("default", "per_record"),
@@ -303,7 +307,7 @@ OPTIONS: dict[str, tuple] = {
 def valid(row: Mapping[str, object]) -> bool:
     """Can a (partial) row be a job? Idleness is modelled for one topic combined by MIN only;
     OVER windows are event time's, fired by the watermark alone, without lateness."""
-    if row.get("kind") == "over" and (
+    if str(row.get("kind")).startswith("over") and (
         row.get("domain") == "processing"
         or row.get("trigger") == "per_record"
         or row.get("lateness")
@@ -375,6 +379,8 @@ def _drawn_case(rng: random.Random, row: Mapping) -> tuple[list[Record], Job]:
         operator_delay=5 if row["d3"] else 0,
         idleness=rng.choice([10, 60, 300]) if row["idleness"] else 0,
         over=rng.choice([0, 15, 100]) if row["kind"] == "over" else None,
+        over_rows=rng.choice([0, 1, 3]) if row["kind"] == "over rows" else None,
+        over_unbounded=rng.choice(["range", "rows"]) if row["kind"] == "over unbounded" else "",
     )
     return shifted(records, row["base"]), job
 
@@ -385,6 +391,10 @@ def options_of(records: list[Record], job: Job) -> dict[str, object]:
     return {
         "kind": "over"
         if job.over is not None
+        else "over rows"
+        if job.over_rows is not None
+        else "over unbounded"
+        if job.over_unbounded
         else "session"
         if job.gap
         else "sliding"
@@ -441,9 +451,11 @@ def test_the_table_covers_every_valid_pair():
     invalid = [
         {("idleness", True), ("topics", 2)},
         {("idleness", True), ("combine", "max")},
-        {("kind", "over"), ("domain", "processing")},
-        {("kind", "over"), ("trigger", "per_record")},
-        {("kind", "over"), ("lateness", True)},
+        *[
+            {("kind", over), invalid}
+            for over in ("over", "over rows", "over unbounded")
+            for invalid in (("domain", "processing"), ("trigger", "per_record"), ("lateness", True))
+        ],
     ]
     wanted = {
         ((a, x), (b, y))
@@ -452,8 +464,8 @@ def test_the_table_covers_every_valid_pair():
         for y in OPTIONS[b]
         if {(a, x), (b, y)} not in invalid
     }
-    # kind four-valued, interval three-valued, 12 two-valued; 5 pairs invalid
-    assert len(wanted) == 4 * 3 + (4 + 3) * 12 * 2 + 66 * 2 * 2 - 5
+    # kind six-valued, interval three-valued, 12 two-valued; 11 pairs invalid
+    assert len(wanted) == 6 * 3 + (6 + 3) * 12 * 2 + 66 * 2 * 2 - 11
     covered = set().union(*(pairs_of(options_of(*case)) for case in TABLE))
     assert sorted(wanted - covered) == []
     for records, job in TABLE:

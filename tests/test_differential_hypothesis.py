@@ -129,15 +129,21 @@ def test_a_record_filter_equals_the_simulator_of_those_records_without_keys(
         CHECKED[strategy.name] += 1
 
 
-#: OVER windows (Flink SQL's event-time OVER ... RANGE PRECEDING) with every other option
-#: drawn as in ``jobs``, but the watermark's firing without lateness, all Flink SQL gives them.
-over_jobs = st.tuples(jobs, st.sampled_from([0, 15, 100])).map(
+#: OVER windows (Flink SQL's event-time OVER: RANGE of 0, 15 or 100 ms, ROWS of 0, 1 or 3 rows,
+#: or UNBOUNDED, PRECEDING) with every other option drawn as in ``jobs``, but the watermark's
+#: firing without lateness, all Flink SQL gives them.
+over_frames = st.one_of(
+    st.sampled_from([0, 15, 100]).map(lambda p: {"over": p}),
+    st.sampled_from([0, 1, 3]).map(lambda n: {"over_rows": n}),
+    st.sampled_from(["range", "rows"]).map(lambda frame: {"over_unbounded": frame}),
+)
+over_jobs = st.tuples(jobs, over_frames).map(
     lambda drawn: replace(
         drawn[0],
         gap=0,
         slide=0,
         step=0,
-        over=drawn[1],
+        **drawn[1],
         domain="event",
         trigger="default",
         lateness=0,
@@ -148,8 +154,8 @@ over_jobs = st.tuples(jobs, st.sampled_from([0, 15, 100])).map(
 @given(records=archives(), job=over_jobs, base=st.sampled_from([0, REALISTIC]))
 def test_over_backfill_equals_reference_simulator(spark, records, job, base):
     """OVER windows (the over strategy's alone) equal the simulator: rows emitted as the
-    watermark rises to them, dropped behind their key's last emission, retracted out of
-    range, the state's cleanup."""
+    watermark rises to them, dropped behind their key's last emission (bounded frames) or the
+    watermark (unbounded ones), retracted out of range or rows, a RANGE frame's cleanup."""
     assume(records)
     records, job = shifted(records, base), modelled(job, records)
     assert plan(stream_job(spark, records, job)).strategy.name == "over"

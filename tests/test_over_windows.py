@@ -1,5 +1,6 @@
-"""OVER windows (Flink SQL's event-time ``OVER (... RANGE BETWEEN p PRECEDING AND CURRENT
-ROW)``), hand-computed: the backfill and the reference simulator against the same figures.
+"""OVER windows (Flink SQL's event-time ``OVER (... {RANGE | ROWS} BETWEEN {p | UNBOUNDED}
+PRECEDING AND CURRENT ROW)``), hand-computed: the backfill and the reference simulator against
+the same figures.
 
 Both archives are one partition read in order (D1 = D2 = 0: a record is read at the highest
 event time so far), ticks every ``I`` ms from the first multiple at or after the first record,
@@ -76,33 +77,44 @@ CLEARED_LOG = [
 ]
 
 
-def _job(spark, rows: list[tuple], preceding: int, bound: int, interval: int) -> StreamJob:
+def _job(spark, rows: list[tuple], window: OverWindows, bound: int, interval: int) -> StreamJob:
     return StreamJob(
         topics=[ArchivedTopic("clicks", dataframe=archive(spark, rows))],
         keys=["user"],
-        window=OverWindows(preceding),
+        window=window,
         aggregations=[Aggregation("amount", f, f) for f in ("sum", "min", "max")],
         watermark=WatermarkStrategy(out_of_orderness_ms=bound, interval_ms=interval),
     )
 
 
-def _simulated(rows: list[tuple], preceding: int, bound: int, interval: int) -> tuple:
+def _simulated(rows: list[tuple], window: OverWindows, bound: int, interval: int) -> tuple:
     records = [Record("clicks", p, o, et, key, v) for p, o, et, key, v in rows]
     counts: dict[str, int] = {}
-    emissions, dropped = simulate(
-        records, Job(size=1, over=preceding, bound=bound, interval=interval), counts
+    frame = Job(
+        size=1,
+        over=window.preceding_ms if window.frame == "range" and not window.unbounded else None,
+        over_rows=window.preceding_rows,
+        over_unbounded=window.frame if window.unbounded else "",
+        bound=bound,
+        interval=interval,
     )
-    return sorted(emissions), dropped, counts
+    emissions, dropped = simulate(records, frame, counts)
+    return sorted(emissions, key=_as_written), dropped, counts
 
 
-def _backfilled(spark, rows: list[tuple], preceding: int, bound: int, interval: int) -> tuple:
-    result = backfill(spark, _job(spark, rows, preceding, bound, interval))
+def _backfilled(spark, rows: list[tuple], window: OverWindows, bound: int, interval: int) -> tuple:
+    result = backfill(spark, _job(spark, rows, window, bound, interval))
     try:
         emissions, dropped = collect_log(result)
         counts = {k.removeprefix("records_"): v for k, v in result.stats.items()}
     finally:
         result.release()
-    return sorted(emissions), dropped, counts
+    return sorted(emissions, key=_as_written), dropped, counts
+
+
+def _as_written(emission: tuple) -> tuple:
+    """Per key, by (emit time, sequence): the order the job wrote its rows in."""
+    return emission[0], emission[3], emission[4]
 
 
 RUNS = {"backfill": _backfilled, "simulator": lambda spark, *args: _simulated(*args)}
@@ -113,8 +125,8 @@ def test_a_row_waits_for_the_watermark_to_rise_to_it_and_is_dropped_behind_its_k
     spark, run
 ):
     rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
-    emissions, dropped, counts = RUNS[run](spark, rows, 100, 9, 50)
-    assert emissions == [("a", *e) for e in WAITING_LOG]
+    emissions, dropped, counts = RUNS[run](spark, rows, OverWindows(100), 9, 50)
+    assert sorted(emissions) == [("a", *e) for e in WAITING_LOG]
     assert dropped == WAITING_DROPPED
     assert (counts["on_time"], counts["dropped"], counts["pending"]) == (6, 2, 1)
 
@@ -122,8 +134,8 @@ def test_a_row_waits_for_the_watermark_to_rise_to_it_and_is_dropped_behind_its_k
 @pytest.mark.parametrize("run", list(RUNS))
 def test_a_sum_is_retracted_row_by_row_and_a_cleared_key_starts_afresh(spark, run):
     rows = [(0, o, et, key, v) for o, et, key, v in CLEARED_ROWS]
-    emissions, dropped, counts = RUNS[run](spark, rows, 10, 0, 10)
-    assert emissions == CLEARED_LOG
+    emissions, dropped, counts = RUNS[run](spark, rows, OverWindows(10), 0, 10)
+    assert sorted(emissions) == CLEARED_LOG
     assert CLEARED_LOG[2][7] != 0.2 + 0.7  # the figure shows the order of the operations
     assert dropped == {}
     assert (counts["on_time"], counts["dropped"], counts["pending"]) == (5, 0, 1)
@@ -139,8 +151,14 @@ def test_over_windows_fire_by_the_watermark_alone(spark):
             aggregations=[Aggregation("amount", "sum", "sum")],
             trigger=EventTimeTrigger(50),
         )
-    with pytest.raises(ValueError, match="preceding range must be >= 0"):
+    with pytest.raises(ValueError, match="preceding_ms must be >= 0"):
         OverWindows(-1)
+    with pytest.raises(ValueError, match="preceding_rows must be >= 0"):
+        OverWindows(frame="rows", preceding_rows=-1)
+    with pytest.raises(ValueError, match="a ROWS frame is bounded by preceding_rows"):
+        OverWindows(100, frame="rows")
+    with pytest.raises(ValueError, match="a RANGE frame is bounded by preceding_ms"):
+        OverWindows(preceding_rows=3)
 
 
 def test_the_replay_takes_the_range_from_the_rules_in_sparks_workers(spark, monkeypatch):
@@ -148,8 +166,8 @@ def test_the_replay_takes_the_range_from_the_rules_in_sparks_workers(spark, monk
     followed where the replay runs: the waiting archive's rows keep the rows at 1000 longer."""
     monkeypatch.setattr(rules, "over_start", lambda time, preceding: time - (preceding + 50))
     rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
-    emissions, dropped, _ = _backfilled(spark, rows, 100, 9, 50)
-    assert emissions == [
+    emissions, dropped, _ = _backfilled(spark, rows, OverWindows(100), 9, 50)
+    assert sorted(emissions) == [
         ("a", 850, 1001, 1100, 0, "on_time", 2, 5.0, 1.0, 4.0),
         ("a", 850, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
         ("a", 950, 1101, 1150, 0, "on_time", 3, 7.0, 1.0, 4.0),
@@ -158,3 +176,60 @@ def test_the_replay_takes_the_range_from_the_rules_in_sparks_workers(spark, monk
         ("a", 1050, 1201, 1300, 0, "on_time", 4, 210.0, 2.0, 128.0),
     ]
     assert dropped == {("a", 900): 1, ("a", 1001): 1}
+
+
+#: ROWS 1 PRECEDING over the waiting archive (B = 9, I = 50): each row written with the one
+#: kept before it, in time and then arrival order; the same drop rule as RANGE, no cleanup.
+ROWS_LOG = [
+    # tick 1100, W = 1090: the rows at 1000 one by one, the second with the first
+    (1000, 1001, 1100, 0, "on_time", 1, 1.0, 1.0, 1.0),
+    (1000, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
+    # tick 1150, W = 1140: 1100, the frame full: 1.0 retracted before 2.0 is added
+    (1000, 1101, 1150, 0, "on_time", 2, 6.0, 2.0, 4.0),
+    # tick 1200, W = 1190: 1120 (behind W, after 1100: kept), then 1150
+    (1100, 1121, 1200, 0, "on_time", 2, 130.0, 2.0, 128.0),
+    (1120, 1151, 1200, 1, "on_time", 2, 144.0, 16.0, 128.0),
+    # tick 1300, W = 1290: 1151 (after 1150, the last timer: no cleanup timer moved it), 1200
+    (1150, 1152, 1300, 0, "on_time", 2, 528.0, 16.0, 512.0),
+    (1151, 1201, 1300, 1, "on_time", 2, 576.0, 64.0, 512.0),
+]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_a_rows_frame_writes_each_row_with_the_rows_kept_before_it(spark, run):
+    rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
+    window = OverWindows(frame="rows", preceding_rows=1)
+    emissions, dropped, counts = RUNS[run](spark, rows, window, 9, 50)
+    assert emissions == [("a", *e) for e in ROWS_LOG]  # in the order written
+    assert dropped == {("a", 1050): 1}
+    assert (counts["on_time"], counts["dropped"], counts["pending"]) == (7, 1, 1)
+
+
+#: UNBOUNDED PRECEDING over the waiting archive: every row of the key so far; a row the
+#: watermark has reached is dropped (1050 and 1120 at W = 1140, 1151 at W = 1190).
+UNBOUNDED_LOG = {
+    "range": [
+        (1000, 1001, 1100, 0, "on_time", 2, 5.0, 1.0, 4.0),  # both rows at 1000, each with both
+        (1000, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
+        (1000, 1101, 1150, 0, "on_time", 3, 7.0, 1.0, 4.0),
+        (1000, 1151, 1200, 0, "on_time", 4, 23.0, 1.0, 16.0),
+        (1000, 1201, 1300, 0, "on_time", 5, 87.0, 1.0, 64.0),
+    ],
+    "rows": [
+        (1000, 1001, 1100, 0, "on_time", 1, 1.0, 1.0, 1.0),  # one by one
+        (1000, 1001, 1100, 1, "on_time", 2, 5.0, 1.0, 4.0),
+        (1000, 1101, 1150, 0, "on_time", 3, 7.0, 1.0, 4.0),
+        (1000, 1151, 1200, 0, "on_time", 4, 23.0, 1.0, 16.0),
+        (1000, 1201, 1300, 0, "on_time", 5, 87.0, 1.0, 64.0),
+    ],
+}
+
+
+@pytest.mark.parametrize("frame", ["range", "rows"])
+@pytest.mark.parametrize("run", list(RUNS))
+def test_an_unbounded_frame_drops_the_rows_the_watermark_has_reached(spark, run, frame):
+    rows = [(0, o, et, "a", v) for o, et, v in WAITING_ROWS]
+    emissions, dropped, counts = RUNS[run](spark, rows, OverWindows(frame=frame), 9, 50)
+    assert emissions == [("a", *e) for e in UNBOUNDED_LOG[frame]]
+    assert dropped == {("a", 1050): 1, ("a", 1120): 1, ("a", 1151): 1}
+    assert (counts["on_time"], counts["dropped"], counts["pending"]) == (5, 3, 1)

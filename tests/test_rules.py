@@ -109,6 +109,15 @@ CASES = [
         (1_902, 902),
     ),
     Case("over_clears", rules.over_clears, ((902, 902), (901, 902)), (True, False)),
+    # UNBOUNDED PRECEDING: at watermark 1000, a row at 1000 is dropped, one at 1001 waits
+    Case("over_late", rules.over_late, ((1_000, 1_000), (1_001, 1_000)), (True, False)),
+    # ROWS 2 PRECEDING: holding 3 rows, the oldest goes before the next is added; 2: not yet
+    Case(
+        "over_rows_full",
+        lambda held: rules.over_rows_full(held, 2),
+        ((3,), (2,)),
+        (True, False),
+    ),
     # EventTimeTrigger: dropped where the state is gone, else LATE past maxTs, else waiting
     Case(
         "on_element",

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from feast_stream_backfill.columns import STATUS
-from feast_stream_backfill.job import StreamJob, long_sums, refusing_overflow
+from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.job_records import window_input
 from feast_stream_backfill.over_replay import OverReplay
 from feast_stream_backfill.session_replay import output_schema
-from feast_stream_backfill.sessions import broadcast_timeline, read_replay, replayed_per_key
-from feast_stream_backfill.stages import stage
+from feast_stream_backfill.sessions import broadcast_timeline, replayed_per_key, windowed
 from feast_stream_backfill.strategies import Condition, Windowed
 from feast_stream_backfill.watermarks import watermark_timeline
 from feast_stream_backfill.windows import OverWindows
@@ -41,8 +39,8 @@ class OverRows:
         keys, aggregations = list(job.keys), job.aggregations
         columns = list(dict.fromkeys(a.column for a in aggregations))
         types = records.windowed.select(*keys, *columns).schema
-        replay = OverReplay(len(keys), aggregations, job.window.preceding_ms, types)
-        out = replayed_per_key(
+        replay = OverReplay(len(keys), aggregations, job.window, types)
+        replayed = replayed_per_key(
             records.windowed,
             keys,
             job.window.time(),
@@ -50,17 +48,4 @@ class OverRows:
             lambda batches: replay(batches, timeline.value),
             output_schema(types, len(keys), aggregations),
         )
-        fired, dropped, statuses = read_replay(out, keys, aggregations)
-        summing_longs = long_sums(job, records.windowed)
-        with refusing_overflow(summing_longs), stage("windows and triggers"):
-            counted = {row[STATUS]: row["n"] for row in statuses.collect()}
-        return Windowed(
-            fired=fired,
-            dropped=dropped,
-            counts=records.counts,
-            records_without_state=records.without_state(job),
-            statuses=counted,
-            shared=None,  # a key emits a row per record: several at one instant
-            long_sums=summing_longs,
-            cached=[*records.cached, out],
-        )
+        return windowed(job, records, replayed)
