@@ -169,6 +169,53 @@ def test_an_over_aggregation_maps_named_or_inline(spark):
     )
 
 
+#: The frame of OVER's window clause, as written in the script.
+OVER_FRAME = "\n  RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW"
+
+
+@pytest.mark.parametrize(
+    ("frame", "window"),
+    [
+        ("RANGE INTERVAL '1' HOUR PRECEDING", OverWindows(3_600_000)),
+        ("RANGE BETWEEN INTERVAL '0' SECOND PRECEDING AND CURRENT ROW", OverWindows(0)),
+        ("ROWS BETWEEN 5 PRECEDING AND CURRENT ROW", OverWindows(frame="rows", preceding_rows=5)),
+        ("ROWS 0 PRECEDING", OverWindows(frame="rows", preceding_rows=0)),
+        ("RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW", OverWindows()),
+        ("RANGE UNBOUNDED PRECEDING", OverWindows()),
+        ("", OverWindows()),
+        ("ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW", OverWindows(frame="rows")),
+        ("ROWS UNBOUNDED PRECEDING", OverWindows(frame="rows")),
+    ],
+    ids=[
+        "range-without-between",
+        "range-0",
+        "rows",
+        "rows-0",
+        "range-unbounded",
+        "range-unbounded-without-between",
+        "no-frame",
+        "rows-unbounded",
+        "rows-unbounded-without-between",
+    ],
+)
+def test_each_over_frame_maps_named_or_inline(frame, window):
+    """Each frame Flink runs over event time, up to the current row: a ``RANGE`` of time or
+    ``ROWS`` before it, or either from ``UNBOUNDED PRECEDING`` (none written: ``RANGE``'s),
+    with or without ``BETWEEN ... AND CURRENT ROW``; keyed and fired as the hour's range."""
+    named = OVER.replace(OVER_FRAME, f"\n  {frame}" if frame else "")
+    inline = named.replace(
+        "OVER w", f"OVER (PARTITION BY user_id ORDER BY ts {frame})".replace(" )", ")")
+    ).replace(named[named.index("\nWINDOW w AS") :], ";\n")
+    assert "WINDOW" not in inline
+    for sql in (named, inline):
+        mapped = job_from_sql(None, sql, {"transactions": ArchivedTopic("transactions")})
+        assert mapped.window == window
+        assert mapped.keys == ["user_id"]
+        assert mapped.trigger == EventTimeTrigger(0)
+        assert mapped.watermark == WatermarkStrategy(out_of_orderness_ms=4_999)
+        assert [a.name for a in mapped.aggregations] == ["spend_1h", "transactions_1h"]
+
+
 def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
     rows = [*IN_ORDER[:2], (0, 2, "2026-01-01 10:01:00", "u1", 1.0)]
     with pytest.raises(UnsupportedSqlError, match="partition 0 offset 2 goes back"):
@@ -206,23 +253,52 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "aggregation writes a row per record, a GROUP BY one per group",
         ),
         (
-            OVER.replace("RANGE BETWEEN", "ROWS BETWEEN"),
-            "line 8, column 13: an OVER window of ROWS is not supported",
-        ),
-        (
-            OVER.replace("INTERVAL '1' HOUR PRECEDING", "UNBOUNDED PRECEDING"),
-            "line 9, column 17: the OVER frame from UNBOUNDED PRECEDING is not supported: "
-            "RANGE BETWEEN INTERVAL 'n' unit PRECEDING AND CURRENT ROW is mapped",
-        ),
-        (
-            OVER.replace("\n  RANGE BETWEEN INTERVAL '1' HOUR PRECEDING AND CURRENT ROW", ""),
-            "line 8, column 13: the OVER frame from UNBOUNDED PRECEDING (the default) is not "
-            "supported",
+            OVER.replace("INTERVAL '1' HOUR PRECEDING", "CURRENT ROW"),
+            "line 9, column 17: the OVER frame from CURRENT ROW is not supported: a frame from "
+            "n PRECEDING or UNBOUNDED PRECEDING to the CURRENT ROW is mapped",
         ),
         (
             OVER.replace("CURRENT ROW", "INTERVAL '1' MINUTE FOLLOWING"),
             "line 9, column 49: the OVER frame's end INTERVAL '1' MINUTE FOLLOWING is not "
             "supported: a frame ending at the CURRENT ROW is mapped",
+        ),
+        (
+            OVER.replace(
+                OVER_FRAME, "\n  ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+            ),
+            "line 9, column 40: the OVER frame's end UNBOUNDED FOLLOWING is not supported",
+        ),
+        (
+            OVER.replace("RANGE BETWEEN INTERVAL '1' HOUR", "ROWS BETWEEN 1.5"),
+            "line 9, column 16: the OVER frame of ROWS 1.5 PRECEDING is not supported: a whole "
+            "number of rows >= 0 is mapped",
+        ),
+        (
+            OVER.replace("INTERVAL '1' HOUR", "5"),
+            "line 9, column 17: the OVER range 5 PRECEDING is not supported: a RANGE of "
+            "INTERVAL 'n' unit >= 0 is mapped",
+        ),
+        (
+            OVER.replace("RANGE BETWEEN INTERVAL '1' HOUR", "ROWS BETWEEN 5").replace(
+                "CURRENT ROW)", "CURRENT ROW DISALLOW PARTIAL)"
+            ),
+            "line 8, column 13: an OVER window that DISALLOWs PARTIAL frames is not supported",
+        ),
+        (
+            OVER.replace("ORDER BY ts", "ORDER BY ts DESC"),
+            "line 8, column 35: an OVER window ordered by `ts` DESC is not supported",
+        ),
+        (
+            # processing time: a PROCTIME() column is a computed column
+            OVER.replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), pt AS PROCTIME(),")
+            .replace("ORDER BY ts", "ORDER BY pt")
+            .replace("SELECT user_id, ts,", "SELECT user_id,"),
+            "line 2, column 66: the computed or metadata column pt is not supported",
+        ),
+        (
+            "SET 'table.exec.unbounded-over.version' = '1';\n"
+            + OVER.replace(OVER_FRAME, "\n  ROWS UNBOUNDED PRECEDING"),
+            "line 1, column 1: SET 'table.exec.unbounded-over.version' is not supported",
         ),
         (
             OVER.replace("SELECT user_id, ts,", "SELECT user_id,")
@@ -242,6 +318,14 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "is not supported: every aggregate is mapped OVER one window",
         ),
         (
+            OVER.replace(
+                "COUNT(*) OVER w",
+                "COUNT(*) OVER (PARTITION BY user_id ORDER BY ts ROWS 5 PRECEDING)",
+            ),
+            "line 6, column 67: aggregates over different windows, one OVER (PARTITION BY "
+            "`user_id` ORDER BY `ts` ROWS 5 PRECEDING) is not supported",
+        ),
+        (
             OVER.replace("COUNT(*) OVER w", "COUNT(*)"),
             "line 6, column 53: the select item COUNT(*) AS `transactions_1h` beside OVER "
             "aggregations is not supported: every aggregate is OVER the same window",
@@ -253,6 +337,11 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         ),
         (
             "SET 'table.exec.state.ttl' = '1 h';\n" + OVER,
+            "line 1, column 1: SET 'table.exec.state.ttl' with an OVER aggregation is not "
+            "supported",
+        ),
+        (
+            "SET 'table.exec.state.ttl' = '1 h';\n" + OVER.replace(OVER_FRAME, ""),
             "line 1, column 1: SET 'table.exec.state.ttl' with an OVER aggregation is not "
             "supported",
         ),
@@ -270,7 +359,7 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         (
             "SET 'table.exec.state.ttl' = '1 h';\n" + script(),
             "line 1, column 1: SET 'table.exec.state.ttl' with a window aggregation is not "
-            "supported: the state TTL is modelled for unbounded aggregations only",
+            "supported: the state TTL is modelled for an unbounded GROUP BY only",
         ),
         (
             "SET 'table.exec.mini-batch.enabled' = 'true';\n" + UNBOUNDED,
@@ -331,16 +420,23 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "session-keys",
         "cumulate-step",
         "over-with-group-by",
-        "over-rows",
-        "over-unbounded",
-        "over-default-frame",
+        "over-from-current-row",
         "over-following",
+        "over-rows-following",
+        "over-rows-fraction",
+        "over-range-number",
+        "over-disallow-partial",
+        "over-descending",
+        "over-proctime",
+        "over-unbounded-version",
         "over-order-by",
         "over-partition-by",
         "over-different-windows",
+        "over-different-frames",
         "over-and-plain-aggregate",
         "over-window-tvf",
         "over-state-ttl",
+        "over-unbounded-state-ttl",
         "over-without-watermark",
         "join",
         "set",

@@ -1,14 +1,17 @@
 """The plugin's backfill of a Flink SQL script against real Flink SQL (tests/conformance/sql):
 identical rows, values, emit times and dropped records.
 
-Five hand-written jobs, checked by hand; they and 12 random ones from a fixed seed against the
+Eight hand-written jobs, checked by hand; they and 20 random ones from a fixed seed against the
 reference simulator of the job ``job_from_sql`` maps each script onto (test_differential holds
-the simulator equal to the backfill); the five against the plugin's backfill; and the AVG of a
-BIGINT that ``job_from_sql`` refuses. One Flink JVM runs them all. ``python -m
+the simulator equal to the backfill); the eight against the plugin's backfill; and the AVG of
+a BIGINT that ``job_from_sql`` refuses. One Flink JVM runs them all. ``python -m
 tests.conformance.sql --random N [--plugin]`` runs larger generated sets.
 """
 
 from __future__ import annotations
+
+import math
+from collections import Counter
 
 import pytest
 
@@ -32,6 +35,9 @@ from tests.conformance.sql.jobs import (
     EXAMPLE,
     HOP_ON_EVENT,
     OVER_RANGE,
+    OVER_RANGE_UNBOUNDED,
+    OVER_ROWS,
+    OVER_ROWS_UNBOUNDED,
     UNBOUNDED_TTL,
     generated,
     hand_written,
@@ -39,10 +45,11 @@ from tests.conformance.sql.jobs import (
 )
 from tests.reference_simulator import Record
 
-#: Every job fires; each kind (four windows, GROUP BY, OVER) twice, OVER with a range of 0
-#: and 5 s, inline and named, dropping 3 rows; six WHEREs, one over an archive with NaN
-#: amounts; three with aggregates of an expression.
-RANDOM = generated(12, seed=75626)
+#: Every job fires; each window and GROUP BY two or three times, each OVER frame twice and
+#: dropping rows, OVER inline and named, with a RANGE of 0, no frame written and frames
+#: without BETWEEN; seven WHEREs, two over archives with NaN amounts; four with aggregates of
+#: an expression (test_the_random_jobs_cover_every_construct).
+RANDOM = generated(20, seed=87616)
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
     name="avg_of_bigint",
@@ -169,6 +176,55 @@ def test_flink_sql_writes_the_hand_computed_over_rows(runs):
     assert dropped == {("a", -7): 1}
     assert odd == []
     assert [late for _, late in run.records] == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert run.over_function == "RowTimeRangeBoundedPrecedingFunction"
+
+
+def test_flink_sql_writes_the_hand_computed_over_rows_of_rows(runs):
+    # ROWS 1 PRECEDING (precedingOffset 2): each row with the one before it, in time then
+    # arrival order; SUM, COUNT(*), MAX. The same timers as RANGE, and the same drop rule: a's
+    # et 6 is kept (after a's last timer, 5) and written at W = 13 with 5's row, 2 leaving;
+    # a's et 3 is dropped. a's rows at 14 fire at W = 24 one by one: 32 with 6's row (8), 64
+    # with 32. a's et 25 at W = 39, with 64: the first row at 14 left, the second stays.
+    job, run = runs[OVER_ROWS.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions) == [
+        ("a", None, 3, 5, 0, "on_time", 1.0, 1.0, 1.0),
+        ("a", None, 6, 8, 0, "on_time", 3.0, 2.0, 2.0),
+        ("a", None, 7, 14, 0, "on_time", 10.0, 2.0, 8.0),
+        ("a", None, 15, 25, 0, "on_time", 40.0, 2.0, 32.0),
+        ("a", None, 15, 25, 1, "on_time", 96.0, 2.0, 64.0),
+        ("a", None, 26, 40, 0, "on_time", 192.0, 2.0, 128.0),
+        ("b", None, 9, 14, 0, "on_time", 4.0, 1.0, 4.0),
+    ]
+    assert dropped == {("a", 3): 1}
+    assert odd == []
+    assert [late for _, late in run.records] == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert run.over_function == "RowTimeRowsBoundedPrecedingFunction"
+
+
+def test_flink_sql_writes_the_hand_computed_over_rows_from_unbounded_preceding(runs):
+    # No frame written: RANGE from UNBOUNDED PRECEDING, Flink 2.3's V2 function. A row at or
+    # behind the operator's watermark is dropped: a's et 6 (read at W = 7, where RANGE and ROWS
+    # kept it) and et 3. Each timer adds its rows to a running accumulator: a's rows at 14 are
+    # written together with 1 + 2 + 32 + 64; et 25 with all five. ROWS from UNBOUNDED
+    # PRECEDING: the same, a's rows at 14 written one by one (35, then 99).
+    for job, at_14 in [
+        (OVER_RANGE_UNBOUNDED, [(99.0, 4.0, 64.0), (99.0, 4.0, 64.0)]),
+        (OVER_ROWS_UNBOUNDED, [(35.0, 3.0, 32.0), (99.0, 4.0, 64.0)]),
+    ]:
+        _, run = runs[job.name]
+        emissions, dropped, odd = flink_log(run, job)
+        assert sorted(emissions) == [
+            ("a", None, 3, 5, 0, "on_time", 1.0, 1.0, 1.0),
+            ("a", None, 6, 8, 0, "on_time", 3.0, 2.0, 2.0),
+            *(("a", None, 15, 25, i, "on_time", *v) for i, v in enumerate(at_14)),
+            ("a", None, 26, 40, 0, "on_time", 227.0, 5.0, 128.0),
+            ("b", None, 9, 14, 0, "on_time", 4.0, 1.0, 4.0),
+        ]
+        assert dropped == {("a", 6): 1, ("a", 3): 1}
+        assert odd == []
+        assert [late for _, late in run.records] == [0, 0, 0, 1, 1, 0, 0, 0, 0]
+        assert run.over_function == "RowTimeUnboundedPrecedingOverFunctionV2"
 
 
 @pytest.mark.parametrize("job", [*hand_written(), *RANDOM], ids=lambda j: j.name)
@@ -178,6 +234,27 @@ def test_identical_to_the_simulator_of_the_mapped_job(runs, job):
     assert emissions, "Flink SQL fired nothing: the job tests nothing"
     assert odd == []
     assert compare((emissions, dropped), simulated_log(job)) == []
+
+
+def test_the_random_jobs_cover_every_construct(runs):
+    kinds = Counter(j.window for j in RANDOM)
+    assert min(kinds[k] for k in ("TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY")) >= 2
+    frames = ("RANGE", "ROWS", "RANGE UNBOUNDED", "ROWS UNBOUNDED")
+    assert min(kinds[f"OVER {f}"] for f in frames) >= 2
+    dropped = Counter()
+    for job in RANDOM:
+        dropped[job.frame] += sum(flink_log(runs[job.name][1], job)[1].values())
+    assert all(dropped[f] for f in frames), dropped
+    overs = [j.script.split("ORDER BY ts", 1)[1] for j in RANDOM if j.is_over]
+    assert any(o.startswith(")") for o in overs)  # no frame written: RANGE UNBOUNDED
+    assert not all(o.startswith((")", " RANGE BETWEEN", " ROWS BETWEEN")) for o in overs)
+    named = ["\nWINDOW w AS" in j.script for j in RANDOM if j.is_over]
+    assert any(named) and not all(named)
+    assert 0 in [j.over for j in RANDOM]
+    wheres = [j for j in RANDOM if j.where is not None]
+    assert len(wheres) >= 6
+    assert any(math.isnan(r.value) for j in wheres for r in j.records)
+    assert sum(j.argument is not None for j in RANDOM) >= 3
 
 
 @pytest.mark.parametrize("job", hand_written(), ids=lambda j: j.name)

@@ -38,12 +38,24 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
   ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
   an update equal to the previous result; not modelled: refused.
-- An ``OVER`` aggregation ordered by the rowtime with a ``RANGE`` of ``p`` before the current
-  row (``RowTimeRangeBoundedPrecedingFunction``) keeps each row until the watermark reaches
-  its time (an event-time timer at it), then writes it with the aggregate of its key's rows
-  in ``[t - p, t]``; a row no later than the key's last timer (``lastTriggeringTs``) is
-  dropped. :class:`OverWindows` with ``EventTimeTrigger(0)``: the same rule, modelled. The
-  window TVFs' state TTL does not apply (its state is cleared by its own cleanup timers).
+- An ``OVER`` aggregation ordered by the rowtime (``StreamExecOverAggregate`` picks its
+  function by frame) keeps each row until the watermark reaches its time (an event-time timer
+  at it), then writes it with the aggregate of its frame among its key's rows. With a ``RANGE``
+  of ``p`` before the current row (``RowTimeRangeBoundedPrecedingFunction``) the frame is the
+  rows in ``[t - p, t]``, the rows of one time written together, each with all of them; with
+  ``ROWS`` ``n`` before it (``RowTimeRowsBoundedPrecedingFunction``, ``precedingOffset = n +
+  1``) the last ``n + 1`` rows in time and then arrival order, each row written with the rows
+  up to it. Both drop a row no later than the key's last timer (``lastTriggeringTs``, 0
+  before the first). From ``UNBOUNDED PRECEDING``, ``RANGE`` (SQL's frame when none is
+  written) or ``ROWS``, Flink 2.3 runs ``RowTimeUnboundedPrecedingOverFunctionV2``
+  (``table.exec.unbounded-over.version`` 2, its default): a row the operator's watermark has
+  reached is dropped, each timer adds its time's rows to an accumulator never taken from, and
+  ``RANGE`` writes each with the value after all of them, ``ROWS`` each with the value after
+  it. :class:`OverWindows` (``preceding_ms``; ``frame="rows"``, ``preceding_rows``; None for
+  ``UNBOUNDED``) with ``EventTimeTrigger(0)``: the same rules, modelled. With
+  ``table.exec.state.ttl`` each of them clears a key's state on processing-time timers
+  (``KeyedProcessFunctionWithCleanupState``), not modelled: refused, as is ``SET`` of the
+  unbounded version (with any other option).
 - ``WHERE`` is a filter after the source, before the aggregation: filtered records still
   pass the source's watermark generator. ``StreamJob.where``, with the predicate in Spark SQL
   (:mod:`feast_stream_backfill.flink_sql.expressions`).
@@ -63,6 +75,7 @@ from feast_stream_backfill.enrichment import expression_columns
 from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.flink_sql.expressions import FLOATING
 from feast_stream_backfill.flink_sql.reader import (
+    ROWS,
     Aggregate,
     AggregatingInsert,
     Column,
@@ -149,7 +162,7 @@ def job_from_sql(
         raise _refused(
             settings.state_ttl,
             f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
-            "the state TTL is modelled for unbounded aggregations only",
+            "the state TTL is modelled for an unbounded GROUP BY only",
         )
     watermark = _watermark(settings, table)
     if watermark.emission == "periodic" and spark is not None:
@@ -385,6 +398,8 @@ def _watermark(settings: _Settings, table: Table) -> WatermarkStrategy:
 def _window(
     insert: AggregatingInsert,
 ) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
+    if insert.over and insert.frame == ROWS:
+        return OverWindows(frame="rows", preceding_rows=insert.preceding_rows)
     if insert.over:
         return OverWindows(preceding_ms=insert.preceding_ms)
     if insert.window == "SESSION":

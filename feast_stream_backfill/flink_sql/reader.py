@@ -1,6 +1,7 @@
 """A Flink SQL script, read with Flink's parser into plain dataclasses: the ``SET`` options,
 the tables and the aggregating ``INSERT INTO ... SELECT`` (over a window table-valued
-function, an unbounded ``GROUP BY``, or ``OVER`` a range of event time).
+function, an unbounded ``GROUP BY``, or ``OVER`` the rows of a key up to the current one, in
+event-time order).
 
 The reader accepts the statement shapes the backfill maps (docs/guides/flink-sql.md) and
 refuses any other with :class:`UnsupportedSqlError`, naming the construct and where the
@@ -11,6 +12,7 @@ parser placed it. Values (which options, which bounds) are judged by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from feast_stream_backfill.errors import UnsupportedSqlError
@@ -21,6 +23,8 @@ from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 MAPPED_WINDOWS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
 #: ``AggregatingInsert.window`` of an ``OVER`` aggregation.
 OVER = "OVER"
+#: ``AggregatingInsert.frame`` of an ``OVER`` aggregation: ``RANGE`` (of event time) or ``ROWS``.
+RANGE, ROWS = "range", "rows"
 #: SQL's aggregate functions the plugin computes, by its name for them.
 AGGREGATES = {"SUM": "sum", "COUNT": "count", "AVG": "mean", "MIN": "min", "MAX": "max"}
 
@@ -103,11 +107,13 @@ class AggregatingInsert:
     """``INSERT INTO target SELECT ... FROM TABLE(TUMBLE|HOP|CUMULATE|SESSION(...)) GROUP BY
     keys, window_start, window_end``, ``SELECT ... FROM source GROUP BY keys`` (an unbounded
     aggregation: ``window`` and ``time_column`` None), or ``SELECT keys, aggregates OVER
-    (PARTITION BY keys ORDER BY time_column RANGE BETWEEN preceding PRECEDING AND CURRENT ROW)
-    FROM source`` (``window`` ``"OVER"``, ``preceding_ms`` its range; ``time_at`` where its
-    ``ORDER BY`` names the column). ``size_ms``: SESSION's gap, the others' size; ``slide_ms``:
-    HOP's slide, CUMULATE's step, None for the others; ``where``: the ``WHERE`` clause as a
-    Spark SQL predicate keeping the same records."""
+    (PARTITION BY keys ORDER BY time_column frame) FROM source`` (``window`` ``"OVER"``;
+    ``time_at`` where its ``ORDER BY`` names the column). An ``OVER``'s ``frame`` is
+    ``"range"``, with ``preceding_ms`` the range before the current row, or ``"rows"``, with
+    ``preceding_rows`` the rows before it; None for ``UNBOUNDED PRECEDING``. ``size_ms``:
+    SESSION's gap, the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the
+    others; ``where``: the ``WHERE`` clause as a Spark SQL predicate keeping the same
+    records."""
 
     target: str
     source: str
@@ -121,6 +127,8 @@ class AggregatingInsert:
     where: str | None = None
     preceding_ms: int | None = None
     time_at: Position | None = None
+    frame: str = RANGE
+    preceding_rows: int | None = None
 
     @property
     def unbounded(self) -> bool:
@@ -476,12 +484,15 @@ def _aggregate_call(call: Any, alias: Any, types: dict[str, str]) -> Aggregate:
 @dataclass(frozen=True)
 class _Over:
     """An ``OVER`` window as mapped: its ``PARTITION BY`` columns, ``ORDER BY`` column (and
-    where that is written) and ``RANGE`` in milliseconds before the current row."""
+    where that is written), its frame, ``"range"`` or ``"rows"``, and how far the frame
+    reaches before the current row (milliseconds of a ``RANGE``, rows of ``ROWS``; None:
+    ``UNBOUNDED PRECEDING``)."""
 
     partition_by: tuple[str, ...]
     time_column: str
     time_at: Position = field(compare=False)
-    preceding_ms: int
+    frame: str
+    preceding: int | None
 
 
 def _is_over(item: Any) -> bool:
@@ -559,17 +570,20 @@ def _over_insert(statement: Any, select: Any, tables: dict[str, Table]) -> Aggre
         aggregates=tuple(aggregates),
         at=position(statement.getTargetTable()),
         where=where,
-        preceding_ms=window.preceding_ms,
+        preceding_ms=window.preceding if window.frame == RANGE else None,
         time_at=window.time_at,
+        frame=window.frame,
+        preceding_rows=window.preceding if window.frame == ROWS else None,
     )
 
 
 def _over_window(spec: Any, named: dict[str, Any]) -> _Over:
-    """``OVER (PARTITION BY keys ORDER BY ts RANGE [BETWEEN] INTERVAL 'n' unit PRECEDING [AND
-    CURRENT ROW])``, or ``OVER w`` / ``OVER (w)`` naming such a window of the ``WINDOW``
-    clause. Other frames are refused: ``ROWS`` counts rows, not time; ``UNBOUNDED
-    PRECEDING`` (the frame when none is written) keeps every row; ``FOLLOWING`` waits for
-    later rows."""
+    """``OVER (PARTITION BY keys ORDER BY ts frame)``, or ``OVER w`` / ``OVER (w)`` naming such
+    a window of the ``WINDOW`` clause. The frames, each ending at the current row (``[BETWEEN
+    ... AND CURRENT ROW]``): ``RANGE INTERVAL 'n' unit PRECEDING``, ``ROWS n PRECEDING``,
+    ``RANGE`` or ``ROWS UNBOUNDED PRECEDING``, and none written: ``RANGE UNBOUNDED
+    PRECEDING``, SQL's default. Refused: a frame reaching past the current row
+    (``FOLLOWING``: Flink runs none) or starting at it, and ``DISALLOW PARTIAL``."""
     if _kind(spec) == "IDENTIFIER" or spec.getRefName() is not None:
         reference = spec if _kind(spec) == "IDENTIFIER" else spec.getRefName()
         name = _name(reference)
@@ -582,8 +596,6 @@ def _over_window(spec: Any, named: dict[str, Any]) -> _Over:
         if name not in named:
             raise _refused(reference, f"the window {name}", "not declared by WINDOW")
         spec = named[name]
-    if spec.isRows():
-        raise _refused(spec, "an OVER window of ROWS", "RANGE BETWEEN INTERVAL ... is mapped")
     partition = [_name(c) for c in spec.getPartitionList()]
     if not partition:
         raise _refused(spec, "an OVER window without PARTITION BY", "the keys are its columns")
@@ -594,23 +606,47 @@ def _over_window(spec: Any, named: dict[str, Any]) -> _Over:
             f"an OVER window ordered by {spec.getOrderList().toString() or 'nothing'}",
             "ORDER BY the table's watermarked time column (ascending) is mapped",
         )
+    if not spec.isAllowPartial():
+        raise _refused(spec, "an OVER window that DISALLOWs PARTIAL frames")
+    frame = ROWS if spec.isRows() else RANGE
     lower, upper = spec.getLowerBound(), spec.getUpperBound()
-    if lower is None or _kind(lower) != "PRECEDING":
-        frame = "UNBOUNDED PRECEDING (the default)" if lower is None else lower.toString()
-        raise _refused(
-            lower if lower is not None else spec,
-            f"the OVER frame from {frame}",
-            "RANGE BETWEEN INTERVAL 'n' unit PRECEDING AND CURRENT ROW is mapped",
-        )
-    (length,) = lower.getOperandList()
-    if _class(length) != "SqlIntervalLiteral" or interval_ms(length) < 0:
-        raise _refused(
-            length, f"the OVER range {length.toString()} PRECEDING", "a range >= 0 is mapped"
-        )
     if upper is not None and not jvm().org.apache.calcite.sql.SqlWindow.isCurrentRow(upper):
         raise _refused(
             upper,
             f"the OVER frame's end {upper.toString()}",
             "a frame ending at the CURRENT ROW is mapped",
         )
-    return _Over(tuple(partition), _name(order[0]), position(order[0]), interval_ms(length))
+    over = partial(_Over, tuple(partition), _name(order[0]), position(order[0]), frame)
+    if lower is None or jvm().org.apache.calcite.sql.SqlWindow.isUnboundedPreceding(lower):
+        return over(None)
+    if _kind(lower) != "PRECEDING":
+        raise _refused(
+            lower,
+            f"the OVER frame from {lower.toString()}",
+            "a frame from n PRECEDING or UNBOUNDED PRECEDING to the CURRENT ROW is mapped",
+        )
+    (length,) = lower.getOperandList()
+    if frame == ROWS:
+        rows = _row_count(length)
+        if rows is None:
+            raise _refused(
+                length,
+                f"the OVER frame of ROWS {length.toString()} PRECEDING",
+                "a whole number of rows >= 0 is mapped",
+            )
+        return over(rows)
+    if _class(length) != "SqlIntervalLiteral" or interval_ms(length) < 0:
+        raise _refused(
+            length,
+            f"the OVER range {length.toString()} PRECEDING",
+            "a RANGE of INTERVAL 'n' unit >= 0 is mapped",
+        )
+    return over(interval_ms(length))
+
+
+def _row_count(literal: Any) -> int | None:
+    """A ``ROWS`` frame's count of rows: a whole-number literal >= 0 (else None)."""
+    if _class(literal) != "SqlNumericLiteral" or not literal.isExact():
+        return None
+    text = str(literal.toValue())
+    return int(text) if text.isdigit() else None

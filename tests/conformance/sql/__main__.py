@@ -5,9 +5,9 @@ Runs the hand-written jobs and N random ones (:mod:`jobs`) on Flink SQL (one JVM
 each emission log (rows, values, emit times, order per key and instant) and the dropped
 records with the reference simulator's log of the job ``job_from_sql`` maps the script onto
 and, with ``--plugin``, with the plugin's backfill of the script (one Spark session; some 20 s
-a job on a loaded 2-core machine). Prints counts per construct (window x emission x
-idleness, and per aggregate function), every disagreement, wall times; exits 1 on any
-disagreement.
+a job on a loaded 2-core machine). Prints counts per construct (window, or OVER frame, x
+emission x idleness, and per aggregate function), jobs, rows and dropped pairs per window or
+OVER frame, every disagreement, wall times; exits 1 on any disagreement.
 """
 
 from __future__ import annotations
@@ -38,14 +38,23 @@ SPARK_CONF = Path(__file__).resolve().parents[2] / "spark_conf"
 
 
 def constructs(job: SqlJob) -> list[str]:
-    """The counts a job adds to: its window x emission x idleness, its functions, value type
-    (and an OVER's range of 0 or named window)."""
+    """The counts a job adds to: its window (an OVER's frame) x emission x idleness, its
+    functions, value type (and an OVER's bound of 0, frame written without BETWEEN or not at
+    all, or named window)."""
     idle = "idle" if job.idle else "not idle"
+    over = job.script.split("ORDER BY ts", 1)[-1] if job.is_over else ""
     return [
         f"{job.window} x {job.emission} x {idle}",
         *(["WHERE"] if job.where is not None else []),
         *(["aggregates of an expression"] if job.argument is not None else []),
         *(["OVER of RANGE 0 PRECEDING"] if job.over == 0 else []),
+        *(["OVER of ROWS 0 PRECEDING"] if job.over_rows == 0 else []),
+        *(
+            ["OVER frame without BETWEEN"]
+            if over and not over.startswith((" RANGE BETWEEN", " ROWS BETWEEN", ")"))
+            else []
+        ),
+        *(["OVER without a frame (RANGE UNBOUNDED)"] if over.startswith(")") else []),
         *(["OVER w, a WINDOW clause"] if "\nWINDOW w AS" in job.script else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
     ]
@@ -92,10 +101,12 @@ def _compare(
     are identical."""
     seen: Counter[str] = Counter()
     identical: Counter[str] = Counter()
+    kind_jobs: Counter[str] = Counter()
     kind_rows: Counter[str] = Counter()
     kind_firing: Counter[str] = Counter()
     kind_dropped: Counter[str] = Counter()
-    rows = matched = dropped = shown = firing = late_kept = 0
+    late_kept: Counter[str] = Counter()
+    rows = matched = dropped = shown = firing = 0
     failed = []
     for job, run in zip(jobs, runs, strict=True):
         flink_rows, flink_dropped, odd = flink_log(run, job)
@@ -104,10 +115,11 @@ def _compare(
         except Exception as error:  # reported with the job; the others go on
             problems = [f"raised {type(error).__name__}: {str(error).strip()[-600:]}"]
         rows += len(flink_rows)
+        kind_jobs[job.window] += 1
         kind_rows[job.window] += len(flink_rows)
         kind_firing[job.window] += bool(flink_rows)
         kind_dropped[job.window] += sum(flink_dropped.values())
-        late_kept += _over_late_kept(job, run)
+        late_kept[job.frame] += _over_late_kept(job, run)
         firing += bool(flink_rows)
         matched += len(flink_rows) - sum(p.startswith("Flink only") for p in problems)
         dropped += sum(flink_dropped.values())
@@ -131,11 +143,13 @@ def _compare(
     for construct in sorted(seen):
         print(f"  {construct}: {identical[construct]}/{seen[construct]}")
     print(
-        "  Flink rows, jobs with rows, dropped pairs per kind: "
+        "  jobs, jobs with rows, Flink rows, dropped pairs per kind: "
         + ", ".join(
-            f"{k} {kind_rows[k]}, {kind_firing[k]}, {kind_dropped[k]}" for k in sorted(kind_rows)
+            f"{k} {kind_jobs[k]}, {kind_firing[k]}, {kind_rows[k]}, {kind_dropped[k]}"
+            for k in sorted(kind_rows)
         )
-        + f"; OVER records read at or behind the watermark and kept: {late_kept}"
+        + "; OVER records read at or behind the watermark and kept, per frame: "
+        + ", ".join(f"{k} {late_kept[k]}" for k in sorted(late_kept) if k)
     )
     return not failed
 
@@ -144,7 +158,7 @@ def _over_late_kept(job: SqlJob, run: SqlRun) -> int:
     """An OVER job's records its WHERE kept that came at or behind the OVER operator's
     watermark and were not dropped (later than their key's last timer): written at a later
     rise of the watermark."""
-    if job.over is None:
+    if not job.is_over:
         return 0
     return sum(
         r.et <= watermark and not counted and job.kept(r)

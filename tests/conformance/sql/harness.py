@@ -31,6 +31,7 @@ from feast_stream_backfill import backfill
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import PerRecordTrigger
+from feast_stream_backfill.windows import OverWindows
 from tests.conformance.harness import build_in
 from tests.conftest import dropped_per_start
 from tests.reference_simulator import Job, Record, processing_times, simulate, windows_of
@@ -46,6 +47,14 @@ TABLE = "events"
 ON_TIME, PER_RECORD = "on_time", "per_record"
 #: The RowKinds an upsert sink writes (an UPDATE_BEFORE only retracts what the next replaces).
 WRITTEN = ("+I", "+U")
+#: The function Flink 2.3's planner runs an event-time OVER frame with
+#: (``StreamExecOverAggregate``; ``table.exec.unbounded-over.version`` 2, its default).
+OVER_FUNCTIONS = {
+    "RANGE": "RowTimeRangeBoundedPrecedingFunction",
+    "ROWS": "RowTimeRowsBoundedPrecedingFunction",
+    "RANGE UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
+    "ROWS UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
+}
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,10 @@ class SqlJob:
     #: Not None: an OVER aggregation ordered by ``ts``, RANGE of this many ms PRECEDING, the
     #: keys its PARTITION BY (the script selects ``keys, ts, aggregates``)
     over: int | None = None
+    #: Not None: such an OVER aggregation, ROWS of this many rows PRECEDING
+    over_rows: int | None = None
+    #: "range" or "rows": such an OVER aggregation from UNBOUNDED PRECEDING
+    over_unbounded: str = ""
     #: The script's WHERE, evaluated as Flink does (Java's NaN comparisons): True keeps.
     where: Callable[[Record], bool] | None = field(default=None, compare=False)
 
@@ -98,13 +111,24 @@ class SqlJob:
         return self.ttl > 0
 
     @property
+    def is_over(self) -> bool:
+        return self.over is not None or self.over_rows is not None or bool(self.over_unbounded)
+
+    @property
+    def frame(self) -> str:
+        """An OVER's frame: RANGE, ROWS, RANGE UNBOUNDED or ROWS UNBOUNDED ("": no OVER)."""
+        if self.over_unbounded:
+            return f"{self.over_unbounded.upper()} UNBOUNDED"
+        return "RANGE" if self.over is not None else "ROWS" if self.over_rows is not None else ""
+
+    @property
     def aggregates(self) -> tuple[str, ...]:
         return tuple(f"a{i}" for i in range(len(self.functions)))
 
     @property
     def window(self) -> str:
-        if self.over is not None:
-            return "OVER"
+        if self.is_over:
+            return f"OVER {self.frame}"
         if self.unbounded:
             return "GROUP BY"
         if self.session:
@@ -115,8 +139,10 @@ class SqlJob:
     def model(self) -> Job:
         """The windows of the simulator's job (an unbounded aggregation's state: a
         processing-time session of gap TTL, fired by each record)."""
-        if self.over is not None:
-            return Job(size=1, over=self.over)
+        if self.is_over:
+            return Job(
+                size=1, over=self.over, over_rows=self.over_rows, over_unbounded=self.over_unbounded
+            )
         if self.unbounded:
             return Job(size=1, gap=self.ttl, domain="processing", trigger="per_record")
         if self.session:
@@ -129,11 +155,13 @@ class SqlJob:
 @dataclass
 class SqlRun:
     """What Flink SQL did: the rows reaching the sink, each with its cause and time, and per
-    record the window operator's watermark before it and whether it counted it as dropped."""
+    record the window operator's watermark before it and whether it counted it as dropped;
+    for an OVER aggregation, the function Flink ran it with."""
 
     columns: list[str] = field(default_factory=list)
     fired: list[tuple] = field(default_factory=list)  # (cause, time, watermark, *row)
     records: list[tuple[int, int]] = field(default_factory=list)  # (watermark, late-dropped)
+    over_function: str = ""
 
 
 def build() -> str:
@@ -183,6 +211,8 @@ def _parse(text: str) -> SqlRun:
         kind, *f = line.split(" ")
         if kind == "columns":
             run.columns = f
+        elif kind == "over":
+            run.over_function = f[0]
         elif kind == "rec":
             run.records.append((int(f[1]), int(f[2])))
         elif kind == "fire" and f[3] in WRITTEN:
@@ -204,18 +234,25 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     dropped in its own window ``[et, et + gap)``, as the simulator counts it, when the counter
     counted it: whether it was late depends on the sessions it would have merged with. An
     unbounded aggregation's rows have no window: ``start`` and ``end`` are None (as
-    :func:`windowless` makes the plugin's). An OVER row at ``ts`` is the window ``[ts - p, ts
-    + 1)``; a record the counter counted is dropped from ``[et - p, et + 1)``, and it can only
-    be one no later than a timer already fired (its key's lastTriggeringTs, at most W) or
-    than 0 (lastTriggeringTs before any timer)."""
+    :func:`windowless` makes the plugin's). An OVER row at ``ts`` of a RANGE of ``p`` is the
+    window ``[ts - p, ts + 1)``, of another frame ``[None, ts + 1)`` (Flink's row does not say
+    where its frame starts); a record the counter counted is dropped from ``[et - p, et +
+    1)``, or ``[et, et + 1)``. A bounded frame's counted record can only be one no later than a
+    timer already fired (its key's lastTriggeringTs, at most W) or than 0 (lastTriggeringTs
+    before any timer); an unbounded frame's is one at or behind W, every such one. Flink's
+    OVER function must be the frame's (:data:`OVER_FUNCTIONS`)."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
+    odd = []
+    if job.is_over and run.over_function != OVER_FUNCTIONS[job.frame]:
+        odd.append(f"Flink ran {job.frame} with {run.over_function or 'no OVER function'}")
     for _cause, time, _wm, *row in run.fired:
         key = "|".join(row[:n_keys])
-        if job.over is not None:
+        if job.is_over:
             ts = int(row[n_keys])
-            start, end, firing, values_at = ts - job.over, ts + 1, ON_TIME, n_keys + 1
+            start = ts - job.over if job.over is not None else None
+            end, firing, values_at = ts + 1, ON_TIME, n_keys + 1
         elif job.unbounded:
             start, end, firing, values_at = None, None, PER_RECORD, n_keys
         else:
@@ -225,7 +262,6 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
         emissions.append((key, start, end, time, sequence[(key, time)], firing, *values))
         sequence[(key, time)] += 1
     dropped: dict[tuple, int] = defaultdict(int)
-    odd = []
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
         if job.unbounded or not job.kept(r):
             continue  # nothing is late for a group aggregation, or for a filtered record
@@ -233,11 +269,13 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
             if counted:
                 dropped[(r.key, r.et)] += 1
             continue
-        if job.over is not None:
+        if job.is_over:
             if counted:
-                dropped[(r.key, r.et - job.over)] += 1
-                if r.et > max(watermark, 0):
-                    odd.append(f"record {r} at W={watermark}: counted late, after W and 0")
+                dropped[(r.key, r.et - (job.over or 0))] += 1
+            if job.over_unbounded and bool(counted) != (r.et <= watermark):
+                odd.append(f"record {r} at W={watermark}: counted late {counted}")
+            elif not job.over_unbounded and counted and r.et > max(watermark, 0):
+                odd.append(f"record {r} at W={watermark}: counted late, after W and 0")
             continue
         windows = windows_of(r.et, job.model)
         fired = [(s, e) for s, e in windows if e - 1 <= watermark]
@@ -291,10 +329,14 @@ def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tupl
 
 def windowless(emissions: list[tuple], job: SqlJob) -> list[tuple]:
     """An unbounded aggregation's log without the window (the state's life, in the plugin's
-    log: Flink's rows have none); any other job's as it is."""
-    if not job.unbounded:
-        return emissions
-    return [(e[0], None, None, *e[3:]) for e in emissions]
+    log: Flink's rows have none); an OVER's of ROWS or from UNBOUNDED PRECEDING without the
+    window's start (the time of the earliest row its value aggregates: Flink's row does not
+    carry it); any other job's as it is."""
+    if job.unbounded:
+        return [(e[0], None, None, *e[3:]) for e in emissions]
+    if job.is_over and job.over is None:
+        return [(e[0], None, *e[2:]) for e in emissions]
+    return emissions
 
 
 def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
@@ -306,12 +348,15 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     generated periodic archives are, by construction; :func:`plugin_log` runs the check)."""
     mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})
     watermark, window = mapped.watermark, mapped.window
+    over = isinstance(window, OverWindows)
     model = Job(
         size=getattr(window, "size_ms", 1),
         slide=getattr(window, "slide_ms", 0),
         step=getattr(window, "step_ms", 0),
         gap=getattr(window, "gap_ms", 0),
-        over=getattr(window, "preceding_ms", None),
+        over=window.preceding_ms if over and window.frame == "range" else None,
+        over_rows=window.preceding_rows if over and window.frame == "rows" else None,
+        over_unbounded=window.frame if over and window.unbounded else "",
         domain=window.domain,
         trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
         bound=watermark.out_of_orderness_ms,

@@ -4,8 +4,9 @@ hand-written ones.
 A job reads one Kafka table ``events (keys..., amount, ts TIMESTAMP(3))`` and inserts a
 TUMBLE, HOP, CUMULATE or SESSION aggregation of ``amount``, an unbounded ``GROUP BY`` with
 a state TTL (its table with or without a WATERMARK), or an ``OVER`` aggregation ordered by
-``ts`` (inline or a named ``WINDOW``). What varies: the window's size
-and slide (or step, or SESSION's gap, or the TTL, or OVER's RANGE), the
+``ts`` (inline or a named ``WINDOW``; a RANGE or ROWS before the current row, or from
+UNBOUNDED PRECEDING, with or without ``BETWEEN``, or no frame written). What varies: the
+window's size and slide (or step, or SESSION's gap, or the TTL, or OVER's frame), the
 watermark bound B (>= 1 ms: B = 0 is refused), the aggregates (SUM, COUNT(*), COUNT, AVG, MIN,
 MAX), the emit strategy (periodic by default or named, or on-event), the interval (set or
 Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.source
@@ -67,14 +68,21 @@ def script(
     argument: str = "amount",
     over: int | None = None,
     named_window: bool = True,
+    over_rows: int | None = None,
+    over_unbounded: str = "",
+    frame_style: str = "between",
 ) -> str:
     """The script: ``SET``s, the Kafka table, the ``INSERT`` (``slide``: CUMULATE's step
     with ``cumulate``, else HOP's; 0: TUMBLE; ``session``: SESSION with gap ``size``,
     partitioned by the keys; ``ttl`` > 0: an unbounded GROUP BY with that state TTL, the
     table's WATERMARK only with ``watermark``; ``where``: a WHERE clause; ``argument``: what
     the aggregates but COUNT(*) take; ``over`` not None: an OVER aggregation of ``RANGE
-    BETWEEN over PRECEDING AND CURRENT ROW``, selecting ``ts``, its window named by a
-    ``WINDOW`` clause with ``named_window``, else written in each aggregate)."""
+    BETWEEN over PRECEDING AND CURRENT ROW``, ``over_rows`` not None: of ``ROWS BETWEEN
+    over_rows PRECEDING AND CURRENT ROW``, ``over_unbounded`` "range" or "rows": of that
+    frame from ``UNBOUNDED PRECEDING``, each selecting ``ts``, its window named by a ``WINDOW``
+    clause with ``named_window``, else written in each aggregate; ``frame_style``
+    ``"between"`` writes ``BETWEEN ... AND CURRENT ROW``, ``"short"`` the bound alone,
+    ``"none"`` no frame, SQL's ``RANGE UNBOUNDED PRECEDING``)."""
     sets = [f"SET 'table.exec.state.ttl' = '{ttl} ms';"] if ttl else []
     if interval is not None:
         sets.append(f"SET 'pipeline.auto-watermark-interval' = '{interval}ms';")
@@ -96,9 +104,10 @@ def script(
         else f"TUMBLE(TABLE {TABLE}, DESCRIPTOR(ts), {_interval(size)})"
     )
     group = ", ".join(keys)
-    frame = f"PARTITION BY {group} ORDER BY ts RANGE BETWEEN {_interval(over or 0)} PRECEDING"
-    frame += " AND CURRENT ROW"
-    window_of = "" if over is None else " OVER w" if named_window else f" OVER ({frame})"
+    is_over = over is not None or over_rows is not None or bool(over_unbounded)
+    frame = f"PARTITION BY {group} ORDER BY ts"
+    frame += _frame(over, over_rows, over_unbounded, frame_style) if is_over else ""
+    window_of = "" if not is_over else " OVER w" if named_window else f" OVER ({frame})"
     selected = ", ".join(
         f"{AGGREGATES[f].format(argument)}{window_of} AS a{i}" for i, f in enumerate(functions)
     )
@@ -109,7 +118,7 @@ def script(
         f") WITH ({', '.join(options)});",
     ]
     filtered = [f"WHERE {where}"] if where else []
-    if over is not None:
+    if is_over:
         query = ["INSERT INTO rolling", f"SELECT {group}, ts, {selected}", f"FROM {TABLE}"]
         query += filtered
         query[-1] += f"\nWINDOW w AS ({frame});" if named_window else ";"
@@ -121,6 +130,20 @@ def script(
         query += [f"FROM TABLE({window})", *filtered]
         query.append(f"GROUP BY {group}, window_start, window_end;")
     return "\n".join([*sets, *table, *query, ""])
+
+
+def _frame(over: int | None, rows: int | None, unbounded: str, style: str) -> str:
+    """An OVER window's frame after its ORDER BY (with its leading space; "" for none)."""
+    if unbounded:
+        bound, unit = "UNBOUNDED", unbounded.upper()
+    else:
+        bound, unit = (_interval(over), "RANGE") if over is not None else (str(rows), "ROWS")
+    if style == "none":
+        assert unit == "RANGE" and bound == "UNBOUNDED", "no frame written is RANGE UNBOUNDED"
+        return ""
+    if style == "short":
+        return f" {unit} {bound} PRECEDING"
+    return f" {unit} BETWEEN {bound} PRECEDING AND CURRENT ROW"
 
 
 Predicate = Callable[[Record], bool]
@@ -222,13 +245,21 @@ def generated(n: int, seed: int) -> list[SqlJob]:
     for i in range(n):
         unit = rng.choice([1, 1, 1000])  # ms, or seconds (windows of seconds, ticks of 200 ms)
         base = rng.choice([0, BASE, BASE + rng.randint(1, 86_400_000)])
-        kind = rng.choice(["TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY", "OVER"])
+        kinds = ["TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY", "OVER", "OVER"]
+        kind = rng.choice(kinds)  # OVER twice: its four frames
         slide = rng.choice([5, 10, 20]) * unit if kind in ("HOP", "CUMULATE") else 0
         size = slide * rng.randint(2, 4) if slide else rng.choice([10, 20, 30, 50]) * unit
         if kind == "SESSION":
             size = rng.choice([5, 10, 20, 40]) * unit  # the gap
         ttl = rng.choice([5, 10, 20, 40, 100]) * unit if kind == "GROUP BY" else 0
-        over = rng.choice([0, 5, 10, 20, 50]) * unit if kind == "OVER" else None
+        frame = rng.choice(["RANGE", "ROWS", "RANGE UNBOUNDED", "ROWS UNBOUNDED"])
+        range_ms, rows = rng.choice([0, 5, 10, 20, 50]) * unit, rng.choice([0, 1, 2, 3, 5, 10])
+        styles = ["between", "between", "short", *(["none"] if frame == "RANGE UNBOUNDED" else [])]
+        frame_style = rng.choice(styles)
+        over = range_ms if kind == "OVER" and frame == "RANGE" else None
+        over_rows = rows if kind == "OVER" and frame == "ROWS" else None
+        unbounded = kind == "OVER" and frame.endswith("UNBOUNDED")
+        over_unbounded = frame.split()[0].lower() if unbounded else ""
         bound = rng.choice([1, 2, 5, 10, 25]) * unit if unit == 1 else rng.choice([1, 500, 5000])
         emission = rng.choice(["periodic", "on-event"])
         emit = {"periodic": rng.choice([None, "on-periodic"]), "on-event": "on-event"}[emission]
@@ -276,6 +307,9 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             argument=argument,
             over=over,
             named_window=rng.random() < 0.5,
+            over_rows=over_rows,
+            over_unbounded=over_unbounded,
+            frame_style=frame_style,
         )
         jobs.append(
             SqlJob(
@@ -295,6 +329,8 @@ def generated(n: int, seed: int) -> list[SqlJob]:
                 where=keep,
                 argument=value_of,
                 over=over,
+                over_rows=over_rows,
+                over_unbounded=over_unbounded,
             )
         )
     return jobs
@@ -415,31 +451,68 @@ UNBOUNDED_TTL = SqlJob(
 )
 
 
-#: On-event OVER of RANGE 10 ms PRECEDING, B = 1 ms (W = ts - 1 as it rises), one partition
-#: (pt: the highest et so far). a's et 6, read at pt 8 when W = 7, is late but after a's last
-#: timer (5): kept, written at the next rise (et 14's). a's et 3 then comes no later than 5:
-#: dropped. a's two rows at 14 are written together, each with both. b's et 40 is never
-#: written: the watermark ends at 39.
-OVER_RANGE = SqlJob(
-    name="over_range",
-    script=script(
-        ("user_id",), "DOUBLE", 0, 0, 1, ["SUM", "COUNT(*)", "MAX"], emit="on-event", over=10
-    ),
-    records=_rows(
-        0,
-        [(2, "a", 1.0), (5, "a", 2.0), (8, "b", 4.0), (6, "a", 8.0), (3, "a", 16.0)]
-        + [(14, "a", 32.0), (14, "a", 64.0), (25, "a", 128.0), (40, "b", 256.0)],
-    ),
-    keys=("user_id",),
-    value_type="DOUBLE",
-    size=0,
-    slide=0,
-    functions=("SUM", "COUNT(*)", "MAX"),
-    emission="on-event",
-    idle=False,
-    over=10,
+#: The hand-written OVER jobs' archive, one partition (pt: the highest et so far): a's et 6
+#: comes after b's et 8, a's et 3 after it, a has two rows at 14, b's et 40 comes last.
+OVER_RECORDS = _rows(
+    0,
+    [(2, "a", 1.0), (5, "a", 2.0), (8, "b", 4.0), (6, "a", 8.0), (3, "a", 16.0)]
+    + [(14, "a", 32.0), (14, "a", 64.0), (25, "a", 128.0), (40, "b", 256.0)],
 )
+_OVER_FUNCTIONS = ["SUM", "COUNT(*)", "MAX"]
+
+
+def _over_job(name: str, **frame) -> SqlJob:
+    """An on-event OVER job over :data:`OVER_RECORDS`, B = 1 ms (W = ts - 1 as it rises):
+    ``frame`` its script's and the job's OVER frame arguments."""
+    style = frame.pop("frame_style", "between")
+    return SqlJob(
+        name=name,
+        script=script(
+            ("user_id",),
+            "DOUBLE",
+            0,
+            0,
+            1,
+            _OVER_FUNCTIONS,
+            emit="on-event",
+            frame_style=style,
+            **frame,
+        ),
+        records=OVER_RECORDS,
+        keys=("user_id",),
+        value_type="DOUBLE",
+        size=0,
+        slide=0,
+        functions=tuple(_OVER_FUNCTIONS),
+        emission="on-event",
+        idle=False,
+        **frame,
+    )
+
+
+#: On-event OVER of RANGE 10 ms PRECEDING. a's et 6, read at pt 8 when W = 7, is late but
+#: after a's last timer (5): kept, written at the next rise (et 14's). a's et 3 then comes no
+#: later than 5: dropped. a's two rows at 14 are written together, each with both. b's et 40
+#: is never written: the watermark ends at 39.
+OVER_RANGE = _over_job("over_range", over=10)
+#: The same of ROWS 1 PRECEDING: each row with the one before it. a's et 6 is kept and et 3
+#: dropped as with RANGE (the same drop rule); a's two rows at 14 are written one by one.
+OVER_ROWS = _over_job("over_rows", over_rows=1)
+#: The same with no frame written: RANGE from UNBOUNDED PRECEDING. A row the watermark has
+#: reached is dropped: a's et 6 (W = 7) and et 3.
+OVER_RANGE_UNBOUNDED = _over_job("over_range_unbounded", over_unbounded="range", frame_style="none")
+#: The same of ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW: a's rows at 14 one by one.
+OVER_ROWS_UNBOUNDED = _over_job("over_rows_unbounded", over_unbounded="rows")
 
 
 def hand_written() -> list[SqlJob]:
-    return [EXAMPLE, HOP_ON_EVENT, CUMULATE_ON_EVENT, UNBOUNDED_TTL, OVER_RANGE]
+    return [
+        EXAMPLE,
+        HOP_ON_EVENT,
+        CUMULATE_ON_EVENT,
+        UNBOUNDED_TTL,
+        OVER_RANGE,
+        OVER_ROWS,
+        OVER_RANGE_UNBOUNDED,
+        OVER_ROWS_UNBOUNDED,
+    ]

@@ -62,7 +62,6 @@ import org.apache.flink.table.operations.Operation;
 import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.table.runtime.operators.aggregate.GroupAggFunction;
-import org.apache.flink.table.runtime.operators.over.RowTimeRangeBoundedPrecedingFunction;
 import org.apache.flink.table.runtime.operators.window.tvf.common.WindowAggOperator;
 import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
 import org.apache.flink.table.runtime.typeutils.RowDataSerializer;
@@ -91,7 +90,8 @@ import org.apache.flink.util.clock.ManualClock;
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
  * {@code r partition offset pt field1 field2 ...} (the table's physical columns, in order;
- * a TIMESTAMP as epoch ms). The output: {@code columns name ...}, then {@code rec i W dropped}
+ * a TIMESTAMP as epoch ms). The output: {@code columns name ...}, {@code over Function} for an
+ * OVER aggregation (the function's class), then {@code rec i W dropped}
  * per record (the window operator's watermark before it, and whether its late-records counter
  * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
  * cause}: {@code r<i>}, record i or the watermark it emitted, or {@code t}, a periodic tick;
@@ -274,12 +274,14 @@ public final class FlinkSqlReplay {
                 windowStage = stages.size();
             }
             if (harness.getOperator() instanceof KeyedProcessOperator<?, ?, ?> p
-                    && p.getUserFunction() instanceof RowTimeRangeBoundedPrecedingFunction<?> over) {
+                    && p.getUserFunction().getClass().getPackageName().equals(OVER_PACKAGE)) {
+                // An event-time OVER function: RowTimeRangeBoundedPrecedingFunction,
+                // RowTimeRowsBoundedPrecedingFunction or RowTimeUnboundedPrecedingOverFunctionV2
+                // (the harness checks which one the planner chose for the frame).
+                Object over = p.getUserFunction();
                 windowStage = stages.size();
-                // Its counter is private (the getter is protected, for Flink's own tests).
-                Field late = RowTimeRangeBoundedPrecedingFunction.class.getDeclaredField("numLateRecordsDropped");
-                late.setAccessible(true);
-                overLate = (Counter) late.get(over);
+                overLate = lateCounter(over);
+                out.println("over " + over.getClass().getSimpleName());
             }
             stages.add(harness);
             networkInputs.add(one.getStateKeySelector() != null ? (RowDataSerializer) in : null);
@@ -293,6 +295,31 @@ public final class FlinkSqlReplay {
         for (int i = 0; i < outputTypes.size(); i++) {
             getters.add(RowData.createFieldGetter(outputTypes.get(i), i));
         }
+    }
+
+    /** The package of Flink's OVER functions. */
+    private static final String OVER_PACKAGE = "org.apache.flink.table.runtime.operators.over";
+
+    /**
+     * An OVER function's late-records counter, {@code numLateRecordsDropped}: private in each
+     * function (the getter is protected, for Flink's own tests), read by reflection from the
+     * class that declares it.
+     */
+    private static Counter lateCounter(Object function) throws Exception {
+        for (Class<?> c = function.getClass(); c != null; c = c.getSuperclass()) {
+            try {
+                Field late = c.getDeclaredField("numLateRecordsDropped");
+                late.setAccessible(true);
+                Counter counter = (Counter) late.get(function);
+                if (counter == null) {
+                    throw new IllegalStateException(c + ".numLateRecordsDropped not opened");
+                }
+                return counter;
+            } catch (NoSuchFieldException e) {
+                // declared further up, if anywhere
+            }
+        }
+        throw new IllegalStateException("no numLateRecordsDropped in " + function.getClass());
     }
 
     private long lateDropped() {
