@@ -37,6 +37,11 @@ ARCHIVE_TIME = _column(
     "records",
     "the archive's own event-time column (a TIMESTAMP): a filter on it reaches the reader",
 )
+VIEW_KEEPS = _column(
+    "_view_keeps",
+    "records",
+    "a Flink SQL view's WHERE holds for the record (it still takes processing time)",
+)
 
 # processing_time
 PROCESSING_TIME = _column("_pt", "processing_time", "inferred processing time, epoch ms")

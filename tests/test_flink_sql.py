@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from feast_stream_backfill import backfill
 from feast_stream_backfill.aggregations import Aggregation
-from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.errors import BadArchiveError, UnsupportedSqlError
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
@@ -577,3 +577,184 @@ def test_aggregates_of_expressions_are_derived_columns(spark):
         ("u1", 8.0, 1),
         ("u2", 0.0, 0),
     ]
+
+
+#: A view renaming the key and the time column, computing a column and filtering; the
+#: INSERT's window reads the view.
+VIEWED = """CREATE TABLE transactions (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'transactions', 'format' = 'json',
+        'scan.watermark.idle-timeout' = '1 min');
+CREATE TEMPORARY VIEW large_ones AS
+SELECT user_id AS customer, amount * 2 AS doubled, ts AS event_time
+FROM transactions
+WHERE amount > 1;
+INSERT INTO user_spend_5m
+SELECT customer, window_start, window_end, SUM(doubled) AS spend_5m, COUNT(*) AS transactions_5m
+FROM TABLE(TUMBLE(TABLE large_ones, DESCRIPTOR(event_time), INTERVAL '5' MINUTE))
+GROUP BY customer, window_start, window_end;
+"""
+
+
+def test_a_view_projects_and_filters_the_records_before_the_window(spark):
+    """The view leaves u1's $1 at 10:00:10 out and doubles the others: [10:00, 10:05) holds
+    u1's $2 as 4, [10:05, 10:10) u1's $8 as 16 and u2's $4 as 8 (u2's $16 and u1's $32 are
+    in windows the archive's watermark never fires). The filtered record still moved the
+    watermark: the windows fire when the script without a view fires them."""
+    topic = archive(spark, IN_ORDER)
+    job = job_from_sql(spark, VIEWED, {"transactions": topic})
+    assert job.keys == ["customer"]
+    assert job.topics[0].timestamp_col == "ts"  # the view's event_time is the table's ts
+    log = backfill(spark, job).emissions.orderBy("customer", "window_start").collect()
+    assert [(r["customer"], r["spend_5m"], r["transactions_5m"]) for r in log] == [
+        ("u1", 4.0, 1),
+        ("u1", 16.0, 1),
+        ("u2", 8.0, 1),
+    ]
+    plain = backfill(spark, job_from_sql(spark, script(), {"transactions": topic}))
+    assert [r["emit_time"] for r in log] == [
+        r["emit_time"] for r in plain.emissions.orderBy("user_id", "window_start").collect()
+    ]
+
+
+def test_views_over_views_keep_what_every_where_keeps(spark):
+    """A view of a view: the second's ``WHERE`` reads the first's column, ``*`` passes the
+    first's columns on. Of IN_ORDER, amounts over 1 doubled, then under 20 (the doubled 32 and
+    16 out): each user's running count and sum of what is left, per record, unbounded."""
+    chained = UNBOUNDED.replace(
+        "INSERT INTO",
+        """CREATE VIEW doubled AS SELECT user_id, amount * 2 AS twice, ts FROM transactions
+WHERE amount > 1;
+CREATE VIEW small AS SELECT * FROM doubled WHERE twice < 20;
+INSERT INTO""",
+    ).replace(
+        "SUM(amount) AS spend, MAX(amount) AS largest\nFROM transactions",
+        "SUM(twice) AS spend, MAX(twice) AS largest\nFROM small",
+    )
+    job = job_from_sql(spark, chained, {"transactions": archive(spark, IN_ORDER)})
+    log = backfill(spark, job).emissions.orderBy("emit_time").collect()
+    assert [(r["user_id"], r["spend"], r["largest"]) for r in log] == [
+        ("u1", 4.0, 4.0),
+        ("u2", 8.0, 8.0),
+        ("u1", 20.0, 16.0),
+    ]
+
+
+def test_an_over_aggregation_reads_a_view():
+    over = (
+        OVER.replace(
+            "INSERT INTO",
+            "CREATE VIEW v AS SELECT user_id AS u, amount, ts AS t FROM transactions;\nINSERT INTO",
+        )
+        .replace("SELECT user_id, ts,", "SELECT u, t,")
+        .replace(
+            "FROM transactions\nWINDOW w AS (PARTITION BY user_id ORDER BY ts",
+            "FROM v\nWINDOW w AS (PARTITION BY u ORDER BY t",
+        )
+    )
+    job = job_from_sql(None, over, {"transactions": ArchivedTopic("transactions")})
+    assert (job.keys, job.window) == (["u"], OverWindows(preceding_ms=3_600_000))
+
+
+def test_a_view_reading_a_column_the_archive_lacks_names_it(spark):
+    records = spark.sql(
+        "SELECT 0 AS partition, 0L AS offset, timestamp'2026-01-01 10:00:00' AS ts, 'u1' AS user_id"
+    )
+    topic = ArchivedTopic("transactions", dataframe=records, timestamp_col="ts")
+    with pytest.raises(
+        BadArchiveError, match="no column amount, which the Flink SQL view large_ones"
+    ):
+        backfill(spark, job_from_sql(None, VIEWED, {"transactions": topic}))
+
+
+def _view(select: str) -> str:
+    """VIEWED with the view's query ``select``."""
+    start = VIEWED.index("SELECT user_id AS customer")
+    return VIEWED[:start] + select + VIEWED[VIEWED.index(";\nINSERT") :]
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            _view(
+                "SELECT user_id AS customer, amount * 2 AS doubled, "
+                "CASE WHEN amount > 0 THEN ts ELSE ts END AS event_time FROM transactions"
+            ),
+            "DESCRIPTOR(event_time) is not supported: the view large_ones computes event_time",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, SUM(amount) AS doubled, ts AS event_time "
+                "FROM transactions GROUP BY user_id, ts"
+            ),
+            "line 7, column 88: an aggregation in view large_ones is not supported",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, amount AS doubled, ts AS event_time "
+                "FROM transactions AS a JOIN transactions AS b ON a.user_id = b.user_id"
+            ),
+            "a join in view large_ones is not supported",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, amount AS doubled, amount AS doubled, "
+                "ts AS event_time FROM transactions"
+            ),
+            "the view large_ones's second column named doubled is not supported",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, amount AS doubled, ts AS event_time, "
+                "amount AS ts FROM transactions"
+            ),
+            "line 7, column 66: the view large_ones's column ts is not supported: the archive of "
+            "topic 'transactions' reads ts as its partition, offset or time column",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, amount * 2 AS doubled, ts AS event_time FROM payments"
+            ),
+            "the table payments is not supported: not declared before the view",
+        ),
+        (
+            _view(
+                "SELECT user_id AS customer, amount / 2 AS doubled, ts AS event_time "
+                "FROM transactions"
+            ),
+            "line 7, column 29: the expression `amount` / 2 is not supported",
+        ),
+        (
+            VIEWED.replace("GROUP BY customer,", "GROUP BY user_id,").replace(
+                "SELECT customer,", "SELECT user_id,"
+            ),
+            "the column user_id is not supported: not a column of large_ones",
+        ),
+        (
+            VIEWED.replace("VIEW large_ones AS", "VIEW large_ones (a, b, c) AS"),
+            "the column list of view large_ones is not supported",
+        ),
+        (
+            VIEWED.replace("VIEW large_ones AS", "VIEW transactions AS"),
+            "a second table or view named transactions is not supported",
+        ),
+    ],
+    ids=[
+        "computed-time",
+        "aggregating-view",
+        "join",
+        "duplicate-column",
+        "archive-column",
+        "undeclared",
+        "divide",
+        "renamed-key",
+        "column-list",
+        "same-name",
+    ],
+)
+def test_view_refusals_name_the_construct_line_and_column(sql, message):
+    with pytest.raises(UnsupportedSqlError) as refused:
+        job_from_sql(None, sql, {"transactions": ArchivedTopic("transactions")})
+    assert message in str(refused.value)

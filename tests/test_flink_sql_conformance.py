@@ -11,6 +11,7 @@ tests.conformance.sql --random N [--plugin]`` runs larger generated sets.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -39,6 +40,7 @@ from tests.conformance.sql.jobs import (
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
     UNBOUNDED_TTL,
+    VIEWED_EXAMPLE,
     generated,
     hand_written,
     script,
@@ -48,7 +50,8 @@ from tests.reference_simulator import Record
 #: Every job fires; each window and GROUP BY two or three times, each OVER frame twice and
 #: dropping rows, OVER inline and named, with a RANGE of 0, no frame written and frames
 #: without BETWEEN; seven WHEREs, two over archives with NaN amounts; four with aggregates of
-#: an expression (test_the_random_jobs_cover_every_construct).
+#: an expression; ten through a view, renaming the key or the time column, computing the
+#: aggregated column, filtering, or ``SELECT *`` (test_the_random_jobs_cover_every_construct).
 RANDOM = generated(20, seed=87616)
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
@@ -90,6 +93,22 @@ def test_flink_sql_fires_the_hand_computed_example(runs):
     ]
     assert dropped == {}
     assert odd == []
+
+
+def test_flink_sql_fires_the_hand_computed_example_through_a_view(runs):
+    # The view leaves u1's $1 at 10 s out and doubles the rest; the windows fire as before.
+    job, run = runs[VIEWED_EXAMPLE.name]
+    emissions, dropped, odd = flink_log(run, job)
+    minutes = [
+        ("u1", 0, 300_000, 310_000, 0, 4.0, 1.0),
+        ("u1", 300_000, 600_000, 640_000, 0, 16.0, 1.0),
+        ("u2", 300_000, 600_000, 640_000, 0, 8.0, 1.0),
+    ]
+    assert sorted(emissions) == [
+        (k, BASE + s, BASE + e, BASE + t, q, "on_time", *v) for k, s, e, t, q, *v in minutes
+    ]
+    assert (dropped, odd) == ({}, [])
+    assert run.columns[0] == "customer"
 
 
 def test_flink_sql_fires_the_hand_computed_hop_with_late_records(runs):
@@ -245,7 +264,7 @@ def test_the_random_jobs_cover_every_construct(runs):
     for job in RANDOM:
         dropped[job.frame] += sum(flink_log(runs[job.name][1], job)[1].values())
     assert all(dropped[f] for f in frames), dropped
-    overs = [j.script.split("ORDER BY ts", 1)[1] for j in RANDOM if j.is_over]
+    overs = [re.split(r"ORDER BY \w+", j.script, maxsplit=1)[1] for j in RANDOM if j.is_over]
     assert any(o.startswith(")") for o in overs)  # no frame written: RANGE UNBOUNDED
     assert not all(o.startswith((")", " RANGE BETWEEN", " ROWS BETWEEN")) for o in overs)
     named = ["\nWINDOW w AS" in j.script for j in RANDOM if j.is_over]
@@ -255,6 +274,13 @@ def test_the_random_jobs_cover_every_construct(runs):
     assert len(wheres) >= 6
     assert any(math.isnan(r.value) for j in wheres for r in j.records)
     assert sum(j.argument is not None for j in RANDOM) >= 3
+    views = [j for j in RANDOM if j.reads_view]
+    assert len(views) >= 8
+    assert any(j.view_keys for j in views)
+    assert any(j.view_value is not None for j in views)
+    assert sum(j.view_where is not None for j in views) >= 3
+    assert any("DESCRIPTOR(event_ts)" in j.script for j in views)
+    assert any("SELECT *" in j.script for j in views)
 
 
 @pytest.mark.parametrize("job", hand_written(), ids=lambda j: j.name)

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import re
 
+from feast_stream_backfill.columns import VIEW_KEEPS
+
+#: Internal columns a topic's transform adds to its records, read as archive columns are.
+CARRIED = frozenset({VIEW_KEEPS})
+
 _TOKENS = re.compile(
     r"""
       (?P<string>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")
@@ -39,7 +44,8 @@ def expression_columns(expression: str) -> list[str]:
     """The columns a Spark SQL expression reads, as far as its words tell: names outside
     string literals that are not called (``round(``), not struct fields (``a.b`` reads
     ``a``), not SQL keywords, types or time units, not lambda parameters; ``backquoted``
-    names always. Internal columns (``_et``, ``_pt``) are left out."""
+    names always. Internal columns (``_et``, ``_pt``) are left out, but for those a topic's
+    records carry from its transform (:data:`CARRIED`)."""
     tokens = [(m.lastgroup, m.group(m.lastgroup)) for m in _TOKENS.finditer(expression)]
     parameters = set()  # of lambdas: `x -> ...`, `(x, y) -> ...`
     for j, (_, text) in enumerate(tokens):
@@ -63,4 +69,4 @@ def expression_columns(expression: str) -> list[str]:
         if after[1] in ("(", "->") or after[0] == "string" or before in (".", "::"):
             continue
         found.append(text)
-    return [c for c in dict.fromkeys(found) if not c.startswith("_")]
+    return [c for c in dict.fromkeys(found) if not c.startswith("_") or c in CARRIED]

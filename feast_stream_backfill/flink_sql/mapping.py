@@ -66,15 +66,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from feast_stream_backfill.aggregations import Aggregation
-from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION
+from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, VIEW_KEEPS
 from feast_stream_backfill.enrichment import expression_columns
-from feast_stream_backfill.errors import UnsupportedSqlError
+from feast_stream_backfill.errors import BadArchiveError, UnsupportedSqlError
 from feast_stream_backfill.flink_sql.expressions import FLOATING
 from feast_stream_backfill.flink_sql.reader import (
+    AGGREGATES,
     ROWS,
     Aggregate,
     AggregatingInsert,
@@ -83,10 +84,11 @@ from feast_stream_backfill.flink_sql.reader import (
     SetOption,
     Table,
     TableOption,
+    View,
     read_script,
 )
 from feast_stream_backfill.job import StreamJob
-from feast_stream_backfill.records import ArchivedTopic, read_records
+from feast_stream_backfill.records import ArchivedTopic, RecordTransform, read_records
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
@@ -135,9 +137,10 @@ def job_from_sql(
     read = read_script(script)
     chosen = _insert(read, insert)
     settings = _settings(read.options)
-    table = _source(read, chosen)
-    topic = _topic(table, archives)
-    _check_types(chosen, table)
+    table, views = _source(read, chosen)
+    types = views[-1].types if views else table.types
+    topic = _projected(_topic(table, archives), views)
+    _check_types(chosen, types)
     keys = list(chosen.keys)
     aggregations = [
         # COUNT(*) counts rows; a key column is never null (the backfill refuses null keys),
@@ -148,7 +151,7 @@ def job_from_sql(
     derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
     if chosen.unbounded:
         if spark is not None:
-            _check_no_nan(spark, topic, chosen, table)
+            _check_no_nan(spark, topic, chosen, types)
         return StreamJob(
             topics=[topic],
             keys=keys,
@@ -156,7 +159,7 @@ def job_from_sql(
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
             derived=derived,
-            where=chosen.where,
+            where=_where(chosen, views),
         )
     if settings.state_ttl is not None:
         raise _refused(
@@ -168,7 +171,7 @@ def job_from_sql(
     if watermark.emission == "periodic" and spark is not None:
         _check_in_order(spark, topic, table)
     if spark is not None:
-        _check_no_nan(spark, topic, chosen, table)
+        _check_no_nan(spark, topic, chosen, types)
     return StreamJob(
         topics=[topic],
         keys=keys,
@@ -177,7 +180,7 @@ def job_from_sql(
         trigger=EventTimeTrigger(),
         watermark=watermark,
         derived=derived,
-        where=chosen.where,
+        where=_where(chosen, views),
     )
 
 
@@ -234,11 +237,19 @@ def _insert(read: Script, target: str | None) -> AggregatingInsert:
     )
 
 
-def _source(read: Script, insert: AggregatingInsert) -> Table:
-    table = next((t for t in read.tables if t.name == insert.source), None)
+def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View, ...]]:
+    """The Kafka table the ``INSERT`` reads and the views it reads it through, the table's
+    first; the time column it names must be the table's watermarked column, passed through
+    the views (renamed or not), of ``TIMESTAMP(3)``."""
+    views: list[View] = []
+    name = insert.source
+    while (view := next((v for v in read.views if v.name == name), None)) is not None:
+        views.insert(0, view)
+        name = view.source
+    table = next((t for t in read.tables if t.name == name), None)
     if table is None:
         raise UnsupportedSqlError(
-            f"the table {insert.source}",
+            f"the table {name}",
             insert.at.line,
             insert.at.column,
             "not declared in the script",
@@ -257,7 +268,7 @@ def _source(read: Script, insert: AggregatingInsert) -> Table:
         ):
             raise _refused(option, f"the option {option.key!r}")
     if insert.unbounded:
-        return table
+        return table, tuple(views)
     if table.watermark is None:
         raise UnsupportedSqlError(
             f"the table {table.name} without a WATERMARK",
@@ -267,14 +278,27 @@ def _source(read: Script, insert: AggregatingInsert) -> Table:
             if insert.over
             else "the windows are event-time windows",
         )
-    if insert.time_column != table.watermark.column:
-        at = insert.time_at or insert.at
-        named = "ORDER BY {}" if insert.over else "DESCRIPTOR({})"
+    at = insert.time_at or insert.at
+    named = ("ORDER BY {}" if insert.over else "DESCRIPTOR({})").format(insert.time_column)
+    time_column = insert.time_column
+    for view in reversed(views):
+        column = view.column(time_column)
+        if column.passes is None:
+            raise UnsupportedSqlError(
+                named,
+                at.line,
+                at.column,
+                f"the view {view.name} computes {time_column}: the watermarked column "
+                f"{table.watermark.column} of {table.name} is the event time",
+            )
+        time_column = column.passes
+    if time_column != table.watermark.column:
         raise UnsupportedSqlError(
-            named.format(insert.time_column),
+            named,
             at.line,
             at.column,
-            f"not the watermark's column {table.watermark.column}",
+            f"not the watermark's column {table.watermark.column}"
+            + (f" (it is {table.name}'s {time_column})" if views else ""),
         )
     time = next(c for c in table.columns if c.name == table.watermark.column)
     if time.type != "TIMESTAMP(3)":
@@ -283,7 +307,62 @@ def _source(read: Script, insert: AggregatingInsert) -> Table:
             f"the event-time type {time.type}",
             "TIMESTAMP(3) is mapped (TIMESTAMP_LTZ windows follow table.local-time-zone)",
         )
-    return table
+    return table, tuple(views)
+
+
+def _projected(topic: ArchivedTopic, views: tuple[View, ...]) -> ArchivedTopic:
+    """The topic as the views give its records: each view's columns computed from the one
+    before (after the archive's own ``transform``, if any), beside the archive's columns,
+    which the backfill reads for partition, offset and event time. A record a view's
+    ``WHERE`` leaves out is kept, marked (:data:`VIEW_KEEPS`): Flink filters it after the
+    source, so it still takes processing time and moves the watermark."""
+    if not views:
+        return topic
+    archived = {topic.partition_col, topic.offset_col, topic.timestamp_col}
+    for view in views:
+        for column in view.columns:
+            if column.name in archived and column.passes != column.name:
+                raise UnsupportedSqlError(
+                    f"the view {view.name}'s column {column.name}",
+                    column.at.line,
+                    column.at.column,
+                    f"the archive of topic {topic.name!r} reads {column.name} as its "
+                    "partition, offset or time column: name the view's column otherwise",
+                )
+    earlier = topic.transform
+    first = views[0]
+    read = [*(c.expression for c in first.columns), *([first.where] if first.where else [])]
+    needed = list(dict.fromkeys(c for e in read for c in expression_columns(e)))
+
+    def project(records: DataFrame) -> DataFrame:
+        if earlier is not None:
+            records = earlier.apply(records)
+        missing = [c for c in needed if c not in records.columns]
+        if missing:
+            raise BadArchiveError(
+                f"{topic.where}: no column {', '.join(missing)}, which the Flink SQL view "
+                f"{first.name} reads from table {first.source}"
+            )
+        keeps = F.lit(True)
+        for view in views:
+            if view.where is not None:
+                keeps = keeps & F.coalesce(F.expr(view.where), F.lit(False))
+            columns = {c.name: F.expr(c.expression) for c in view.columns}
+            records = records.withColumns({**columns, VIEW_KEEPS: keeps})
+            keeps = F.col(VIEW_KEEPS)
+        return records
+
+    code = "; ".join([*([earlier.code] if earlier else []), *(repr(v) for v in views)])
+    return replace(topic, transform=RecordTransform(code, project))
+
+
+def _where(insert: AggregatingInsert, views: tuple[View, ...]) -> str | None:
+    """The records the aggregation reads: those every view's ``WHERE`` and the ``INSERT``'s
+    keep."""
+    if not any(v.where for v in views):
+        return insert.where
+    kept = f"`{VIEW_KEEPS}`"
+    return kept if insert.where is None else f"{kept} AND ({insert.where})"
 
 
 def _argument(aggregate: Aggregate) -> str:
@@ -302,33 +381,37 @@ _EXACT_TYPES = {
 }
 
 
-def _check_types(insert: AggregatingInsert, table: Table) -> None:
-    """``AVG`` keeps its argument's type in Flink (``AvgAggFunction``: of a BIGINT, the sum
-    divided as longs, AVG(3, 8) = 5); the plugin's mean is a double: exact for a DOUBLE. An
-    aggregate of an expression is mapped where its type gives the plugin's result
+def _check_types(insert: AggregatingInsert, types: Mapping[str, str]) -> None:
+    """Flink's aggregates keep their argument's type (``SumAggFunction`` of an INT wraps past
+    2^31; ``AvgAggFunction`` of a BIGINT divides as longs, AVG(3, 8) = 5); the plugin's sum is
+    a long or a double, its mean a double. An aggregate of a column or an expression (of a
+    table or view, ``types``) is mapped where its type gives the plugin's result
     (:data:`_EXACT_TYPES`)."""
-    types = {c.name: c.type for c in table.columns}
     for aggregate in insert.aggregates:
-        at = aggregate.at
+        allowed = _EXACT_TYPES.get(aggregate.function)
         if aggregate.expression is not None:
-            allowed = _EXACT_TYPES.get(aggregate.function)
-            if allowed is not None and aggregate.expression_type not in allowed:
-                raise UnsupportedSqlError(
-                    f"{aggregate.function.upper()} of an expression of type "
-                    f"{aggregate.expression_type}",
-                    at.line,
-                    at.column,
-                    f"Flink's result keeps that type; {', '.join(allowed)} are mapped (to count "
-                    "the records a condition holds for, COUNT(CASE WHEN condition THEN 1 END))",
-                )
-        elif aggregate.function == "mean" and types.get(aggregate.column or "") != "DOUBLE":
-            raise UnsupportedSqlError(
-                f"AVG of the {types.get(aggregate.column or '')} column {aggregate.column}",
-                at.line,
-                at.column,
-                "Flink's AVG keeps its argument's type (of a BIGINT: an integer division), "
-                "the plugin's mean is a DOUBLE: declare the column DOUBLE",
-            )
+            found = aggregate.expression_type
+            what = f"an expression of type {found}"
+        else:
+            found = types.get(aggregate.column or "")
+            what = f"the {found} column {aggregate.column}"
+        if allowed is None or found is None or found in allowed:
+            continue
+        hint = (
+            "to count the records a condition holds for, COUNT(CASE WHEN condition THEN 1 END)"
+            if aggregate.expression is not None
+            else "declare the column " + " or ".join(allowed)
+        )
+        raise UnsupportedSqlError(
+            f"{_SQL_NAMES[aggregate.function]} of {what}",
+            aggregate.at.line,
+            aggregate.at.column,
+            f"Flink's result keeps that type; {', '.join(allowed)} are mapped ({hint})",
+        )
+
+
+#: SQL's name of each aggregate function.
+_SQL_NAMES = {function: name for name, function in AGGREGATES.items()}
 
 
 def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> ArchivedTopic:
@@ -441,13 +524,12 @@ def _check_in_order(spark: SparkSession, topic: ArchivedTopic, table: Table) -> 
 
 
 def _check_no_nan(
-    spark: SparkSession, topic: ArchivedTopic, insert: AggregatingInsert, table: Table
+    spark: SparkSession, topic: ArchivedTopic, insert: AggregatingInsert, types: Mapping[str, str]
 ) -> None:
     """Refuse an archive with a NaN in a floating-point column that ``MIN`` or ``MAX`` reads.
     Flink SQL's ``MIN`` keeps a value only if it is below the current one (``operand <
     min``), so a NaN that comes first sticks and one that comes later is skipped; the
     plugin's, as a DataStream job's ``Math.min``, makes any NaN the result."""
-    types = {c.name: c.type for c in table.columns}
     read = [
         a
         for a in insert.aggregates

@@ -1,7 +1,7 @@
 """A Flink SQL script, read with Flink's parser into plain dataclasses: the ``SET`` options,
-the tables and the aggregating ``INSERT INTO ... SELECT`` (over a window table-valued
-function, an unbounded ``GROUP BY``, or ``OVER`` the rows of a key up to the current one, in
-event-time order).
+the tables, the views that project and filter them, and the aggregating ``INSERT INTO ...
+SELECT`` (over a window table-valued function, an unbounded ``GROUP BY``, or ``OVER`` the
+rows of a key up to the current one, in event-time order).
 
 The reader accepts the statement shapes the backfill maps (docs/guides/flink-sql.md) and
 refuses any other with :class:`UnsupportedSqlError`, naming the construct and where the
@@ -87,6 +87,44 @@ class Table:
     def option(self, key: str) -> TableOption | None:
         return next((o for o in self.options if o.key == key), None)
 
+    @property
+    def types(self) -> dict[str, str]:
+        """Each column's SQL type, by name."""
+        return {c.name: c.type for c in self.columns}
+
+
+@dataclass(frozen=True)
+class ViewColumn:
+    """A view's column: ``expression`` (Spark SQL over its source's columns) of SQL ``type``;
+    ``passes`` names the source column it is (renamed or not), None for an expression."""
+
+    name: str
+    expression: str
+    type: str
+    passes: str | None
+    at: Position
+
+
+@dataclass(frozen=True)
+class View:
+    """``CREATE [TEMPORARY] VIEW name AS SELECT columns FROM source [WHERE ...]``: a
+    projection of a table (or of another view) and the records it keeps, ``where`` in Spark
+    SQL over the source's columns."""
+
+    name: str
+    source: str
+    columns: tuple[ViewColumn, ...]
+    where: str | None
+    at: Position
+
+    @property
+    def types(self) -> dict[str, str]:
+        """Each column's SQL type, by name."""
+        return {c.name: c.type for c in self.columns}
+
+    def column(self, name: str) -> ViewColumn:
+        return next(c for c in self.columns if c.name == name)
+
 
 @dataclass(frozen=True)
 class Aggregate:
@@ -146,22 +184,34 @@ class Script:
     options: tuple[SetOption, ...] = ()
     tables: tuple[Table, ...] = ()
     inserts: tuple[AggregatingInsert, ...] = field(default=())
+    views: tuple[View, ...] = ()
+
+
+#: What a query may read, by name: a table or a view.
+Relations = dict[str, "Table | View"]
 
 
 def read_script(script: str) -> Script:
     """Parse ``script`` with Flink's parser and read it, refusing what is not mapped."""
-    options, tables, inserts = [], [], []
+    options, tables, views, inserts = [], [], [], []
+    relations: Relations = {}
     for statement in parse_statements(script):
         kind = _class(statement)
         if kind == "SqlSet":
             options.append(_set(statement))
-        elif kind == "SqlCreateTable":
-            tables.append(_table(statement))
+        elif kind in ("SqlCreateTable", "SqlCreateView"):
+            relation = (
+                _table(statement) if kind == "SqlCreateTable" else _view(statement, relations)
+            )
+            if relation.name in relations:
+                raise _refused(statement, f"a second table or view named {relation.name}")
+            relations[relation.name] = relation
+            (tables if kind == "SqlCreateTable" else views).append(relation)
         elif kind == "RichSqlInsert":
-            inserts.append(_insert(statement, {t.name: t for t in tables}))
+            inserts.append(_insert(statement, relations))
         else:
             raise _refused(statement, f"the statement {_first_words(statement)}")
-    return Script(tuple(options), tuple(tables), tuple(inserts))
+    return Script(tuple(options), tuple(tables), tuple(inserts), tuple(views))
 
 
 def _class(node: Any) -> str:
@@ -267,7 +317,78 @@ def interval_ms(literal: Any) -> int:
     return int(jvm().org.apache.calcite.sql.parser.SqlParserUtil.intervalToMillis(value))
 
 
-def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
+def _view(statement: Any, relations: Relations) -> View:
+    """``CREATE [TEMPORARY] VIEW name AS SELECT columns FROM source [WHERE ...]``, ``source``
+    a table or view declared before it; each column ``*``, a source column (``AS`` a new
+    name or not) or ``expression AS name``, written with the operators of ``WHERE``
+    (:mod:`feast_stream_backfill.flink_sql.expressions`)."""
+    name = _table_name(statement.getName())
+    if statement.getFieldList().size():
+        raise _refused(statement.getFieldList(), f"the column list of view {name}")
+    select = statement.getQuery()
+    if _kind(select) != "SELECT":
+        raise _refused(select, f"the view {name} AS {_first_words(select)}", "one SELECT is mapped")
+    _refuse_clauses(select, "a view projects and filters the records of one table or view")
+    if select.getGroup() is not None or select.getWindowList().size() > 0:
+        clause = select.getGroup() or select.getWindowList()
+        raise _refused(clause, f"an aggregation in view {name}", "the INSERT aggregates")
+    source = select.getFrom()
+    if _kind(source) != "IDENTIFIER":
+        what = "a join" if _kind(source) == "JOIN" else f"the source {_first_words(source)}"
+        raise _refused(source, f"{what} in view {name}", "a view of one table or view is mapped")
+    source_name = _table_name(source)
+    if source_name not in relations:
+        raise _refused(source, f"the table {source_name}", "not declared before the view")
+    types = relations[source_name].types
+    columns: list[ViewColumn] = []
+    for item in select.getSelectList():
+        if _kind(item) == "IDENTIFIER" and item.isStar():
+            columns += [ViewColumn(c, f"`{c}`", t, c, position(item)) for c, t in types.items()]
+            continue
+        expression, alias = item.getOperandList() if _kind(item) == "AS" else (item, None)
+        if _kind(expression) == "IDENTIFIER":
+            passes = _name(expression)
+            if passes not in types:
+                raise _refused(expression, f"the column {passes}", f"not a column of {source_name}")
+            column = _name(alias) if alias is not None else passes
+            columns.append(ViewColumn(column, f"`{passes}`", types[passes], passes, position(item)))
+            continue
+        if alias is None:
+            raise _refused(
+                item, f"the view column {item.toString()}", "an expression needs AS name"
+            )
+        value, value_type = spark_value(expression, types)
+        columns.append(ViewColumn(_name(alias), value, value_type, None, position(item)))
+    names = [c.name for c in columns]
+    for column in columns:
+        if names.count(column.name) > 1:
+            at = column.at
+            raise UnsupportedSqlError(
+                f"the view {name}'s second column named {column.name}", at.line, at.column
+            )
+    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
+    return View(name, source_name, tuple(columns), where, position(statement))
+
+
+def _refuse_clauses(select: Any, why: str) -> None:
+    """Refuse the clauses of a ``SELECT`` the mapping has no counterpart for."""
+    for clause, name in (
+        (select.getHaving(), "HAVING"),
+        (select.getQualify(), "QUALIFY"),
+        (select.getOrderList(), "ORDER BY"),
+        (select.getFetch(), "LIMIT"),
+        (select.getOffset(), "OFFSET"),
+    ):
+        if clause is not None and not (_class(clause) == "SqlNodeList" and clause.size() == 0):
+            raise _refused(clause, name, why)
+    if select.getHints() is not None and select.getHints().size() > 0:
+        hint = select.getHints().get(0)
+        raise _refused(hint, f"the query hint {hint.toString()}", "hints are not mapped")
+    if select.isDistinct():
+        raise _refused(select, "SELECT DISTINCT")
+
+
+def _insert(statement: Any, relations: Relations) -> AggregatingInsert:
     """``INSERT INTO target SELECT keys, window_start, window_end, aggregates FROM
     TABLE(TUMBLE|HOP|...(TABLE source, DESCRIPTOR(ts), ...)) GROUP BY keys, window_start,
     window_end``, or ``INSERT INTO target SELECT keys, aggregates FROM source GROUP BY keys``,
@@ -280,22 +401,9 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
     select = statement.getSource()
     if _kind(select) != "SELECT":
         raise _refused(select, f"the query {_first_words(select)}", "one SELECT is mapped")
-    for clause, name in (
-        (select.getHaving(), "HAVING"),
-        (select.getQualify(), "QUALIFY"),
-        (select.getOrderList(), "ORDER BY"),
-        (select.getFetch(), "LIMIT"),
-        (select.getOffset(), "OFFSET"),
-    ):
-        if clause is not None and not (_class(clause) == "SqlNodeList" and clause.size() == 0):
-            raise _refused(clause, name, "a WHERE before the aggregation is mapped")
-    if select.getHints() is not None and select.getHints().size() > 0:
-        hint = select.getHints().get(0)
-        raise _refused(hint, f"the query hint {hint.toString()}", "hints are not mapped")
-    if select.isDistinct():
-        raise _refused(select, "SELECT DISTINCT")
+    _refuse_clauses(select, "a WHERE before the aggregation is mapped")
     if any(_is_over(item) for item in select.getSelectList()):
-        return _over_insert(statement, select, tables)
+        return _over_insert(statement, select, relations)
     if select.getWindowList().size() > 0:
         raise _refused(select.getWindowList(), "a WINDOW clause without OVER aggregates")
     source = select.getFrom()
@@ -314,8 +422,8 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
         )
     window_columns = ("window_start", "window_end") if window is not None else ()
     source_table = window.source if window is not None else _table_name(source)
-    table = tables.get(source_table)
-    types = {c.name: c.type for c in table.columns} if table is not None else {}
+    types = _types(relations, source_table)
+    _check_columns(select.getGroup(), keys, types, source_table)
     aggregates = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER":
@@ -323,7 +431,7 @@ def _insert(statement: Any, tables: dict[str, Table]) -> AggregatingInsert:
             if name not in (*keys, *window_columns):
                 raise _refused(item, f"the column {name}", "not a GROUP BY key")
             continue
-        aggregates.append(_aggregate(item, types))
+        aggregates.append(_aggregate(item, types, source_table))
     if not aggregates:
         raise _refused(select, "a SELECT without aggregates")
     where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
@@ -440,18 +548,32 @@ def _group_keys(select: Any, windowed: bool) -> tuple[str, ...]:
     return keys
 
 
-def _aggregate(item: Any, types: dict[str, str]) -> Aggregate:
+def _types(relations: Relations, name: str) -> dict[str, str]:
+    """The column types of the table or view ``name`` (empty when not declared: the mapping
+    refuses it by name)."""
+    relation = relations.get(name)
+    return relation.types if relation is not None else {}
+
+
+def _check_columns(at: Any, columns: tuple[str, ...], types: dict[str, str], source: str) -> None:
+    """Each of ``columns`` is a column of ``source`` (when declared)."""
+    for column in columns:
+        if types and column not in types:
+            raise _refused(at, f"the column {column}", f"not a column of {source}")
+
+
+def _aggregate(item: Any, types: dict[str, str], source: str) -> Aggregate:
     """``FUNCTION(column) AS name``, ``FUNCTION(expression) AS name`` or ``COUNT(*) AS
     name``."""
     if _kind(item) != "AS":
         raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
     call, alias = item.getOperandList()
-    return _aggregate_call(call, alias, types)
+    return _aggregate_call(call, alias, types, source)
 
 
-def _aggregate_call(call: Any, alias: Any, types: dict[str, str]) -> Aggregate:
-    """The aggregate ``call`` named ``alias``: one of :data:`AGGREGATES` of a column, of an
-    expression, or ``COUNT(*)``."""
+def _aggregate_call(call: Any, alias: Any, types: dict[str, str], source: str) -> Aggregate:
+    """The aggregate ``call`` named ``alias``: one of :data:`AGGREGATES` of a column of
+    ``source``, of an expression, or ``COUNT(*)``."""
     function = str(call.getOperator().getName()).upper() if _class(call) == "SqlBasicCall" else ""
     if function not in AGGREGATES:
         raise _refused(
@@ -466,6 +588,7 @@ def _aggregate_call(call: Any, alias: Any, types: dict[str, str]) -> Aggregate:
         column = None
     elif len(operands) == 1 and _kind(operands[0]) == "IDENTIFIER":
         column = _name(operands[0])
+        _check_columns(operands[0], (column,), types, source)
     elif len(operands) == 1:
         expression, expression_type = spark_value(operands[0], types)
         return Aggregate(
@@ -501,7 +624,7 @@ def _is_over(item: Any) -> bool:
     return _kind(call) == "OVER"
 
 
-def _over_insert(statement: Any, select: Any, tables: dict[str, Table]) -> AggregatingInsert:
+def _over_insert(statement: Any, select: Any, relations: Relations) -> AggregatingInsert:
     """``INSERT INTO target SELECT keys, [time column,] aggregate OVER window AS name, ...
     FROM source [WHERE ...] [WINDOW w AS (...)]``: every aggregate over the same window
     (inline or named), keyed by its ``PARTITION BY`` columns; the select list's columns are
@@ -521,8 +644,7 @@ def _over_insert(statement: Any, select: Any, tables: dict[str, Table]) -> Aggre
             f"OVER aggregations over {_first_words(source)}",
             "OVER aggregations of a table are mapped",
         )
-    table = tables.get(_table_name(source))
-    types = {c.name: c.type for c in table.columns} if table is not None else {}
+    types = _types(relations, _table_name(source))
     named = {str(w.getDeclName().getSimple()): w for w in select.getWindowList()}
     window: _Over | None = None
     columns, aggregates = [], []
@@ -548,8 +670,9 @@ def _over_insert(statement: Any, select: Any, tables: dict[str, Table]) -> Aggre
                 "every aggregate is mapped OVER one window",
             )
         window = this
-        aggregates.append(_aggregate_call(call, alias, types))
+        aggregates.append(_aggregate_call(call, alias, types, _table_name(source)))
     assert window is not None  # _insert routes here only with an OVER aggregate
+    _check_columns(select, (*window.partition_by, window.time_column), types, _table_name(source))
     for column in columns:
         name = _name(column)
         if name not in (*window.partition_by, window.time_column):

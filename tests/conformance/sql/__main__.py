@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -42,7 +43,10 @@ def constructs(job: SqlJob) -> list[str]:
     functions, value type (and an OVER's bound of 0, frame written without BETWEEN or not at
     all, or named window)."""
     idle = "idle" if job.idle else "not idle"
-    over = job.script.split("ORDER BY ts", 1)[-1] if job.is_over else ""
+    over = re.split(r"ORDER BY \w+", job.script, maxsplit=1)[-1] if job.is_over else ""
+    view = (
+        job.script.split("CREATE TEMPORARY VIEW", 1)[-1].split(";", 1)[0] if job.reads_view else ""
+    )
     return [
         f"{job.window} x {job.emission} x {idle}",
         *(["WHERE"] if job.where is not None else []),
@@ -57,6 +61,12 @@ def constructs(job: SqlJob) -> list[str]:
         *(["OVER without a frame (RANGE UNBOUNDED)"] if over.startswith(")") else []),
         *(["OVER w, a WINDOW clause"] if "\nWINDOW w AS" in job.script else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
+        *(["a view"] if view else []),
+        *(["a view: SELECT *"] if "SELECT *" in view else []),
+        *(["a view's WHERE"] if "WHERE" in view else []),
+        *(["a view renaming the key"] if job.view_keys else []),
+        *(["a view renaming the time column"] if " AS event_ts" in view else []),
+        *(["a view computing amount"] if job.view_value is not None else []),
     ]
 
 

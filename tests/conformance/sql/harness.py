@@ -88,9 +88,32 @@ class SqlJob:
     #: What the aggregates other than COUNT(*) take of a record, as Flink computes it (None:
     #: ``amount``).
     argument: Callable[[Record], float] | None = field(default=None, compare=False)
+    #: The INSERT reads a view of the table: the keys as it names them (empty: the table's),
+    #: the records its WHERE keeps (None: all) and the ``amount`` it computes (None: the
+    #: table's); the INSERT's ``where`` and ``argument`` read the view's.
+    view_keys: tuple[str, ...] = ()
+    view_where: Callable[[Record], bool] | None = field(default=None, compare=False)
+    view_value: Callable[[Record], float] | None = field(default=None, compare=False)
 
     def kept(self, record: Record) -> bool:
-        return self.where is None or self.where(record)
+        """The INSERT reads the record (``record`` as the table holds it)."""
+        if self.view_where is not None and not self.view_where(record):
+            return False
+        return self.where is None or self.where(self.viewed(record))
+
+    def viewed(self, record: Record) -> Record:
+        """The record as the INSERT reads it: through the view, if any."""
+        return replace(record, value=self.view_value(record)) if self.view_value else record
+
+    @property
+    def reads_view(self) -> bool:
+        """The INSERT reads a view of the table."""
+        return "CREATE TEMPORARY VIEW" in self.script
+
+    @property
+    def output_keys(self) -> tuple[str, ...]:
+        """The key columns of the emission log: the view's names of them, if any."""
+        return self.view_keys or self.keys
 
     @property
     def keyed_records(self) -> list[Record]:
@@ -99,9 +122,9 @@ class SqlJob:
         aggregates' argument."""
         return [
             replace(
-                r,
+                self.viewed(r),
                 key=r.key if self.kept(r) else None,
-                value=self.argument(r) if self.argument else r.value,
+                value=self.argument(self.viewed(r)) if self.argument else self.viewed(r).value,
             )
             for r in self.records
         ]
@@ -309,7 +332,7 @@ def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tupl
     """The plugin's backfill of the script, in :func:`flink_log`'s shape."""
     result = backfill(spark, job_from_sql(spark, job.script, {TABLE: archive(spark, job)}))
     ms = F.unix_millis
-    key = F.concat_ws("|", *job.keys)
+    key = F.concat_ws("|", *job.output_keys)
     emissions = [
         (r[0], r[1], r[2], r[3], r[4], r[5], *(None if v is None else float(v) for v in r[6:]))
         for r in result.emissions.select(

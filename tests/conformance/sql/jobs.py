@@ -13,13 +13,16 @@ Flink's 200 ms), idleness (off, ``scan.watermark.idle-timeout``, ``table.exec.so
 .idle-timeout``, or both: the table's wins), one or two key columns, one to three partitions,
 times near 0 or at a realistic epoch instant. Periodic jobs get archives whose event times never
 go back within a partition (``job_from_sql`` refuses the others, rightly); on-event ones also
-get shuffled ones. Some partitions stop early or pause, so that idleness acts.
+get shuffled ones. Some partitions stop early or pause, so that idleness acts. Some jobs read
+the table through a view that renames the key or time column, computes ``amount`` or filters
+(:func:`_with_view`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -209,6 +212,46 @@ def _argument(rng: random.Random) -> tuple[str, Callable[[Record], float]]:
     )
 
 
+#: The view a job's INSERT may read instead of the table, and its names for ``user_id``
+#: and ``ts`` when it renames them.
+VIEW, CUSTOMER, EVENT_TS = "viewed", "customer", "event_ts"
+
+
+def _with_view(job: SqlJob, rng: random.Random) -> SqlJob:
+    """``job`` reading the table through a view: ``SELECT *`` with a ``WHERE``, or columns
+    renaming ``user_id`` or ``ts``, computing ``amount`` (an expression of the table's, as
+    the aggregates take) and with or without a ``WHERE``; the INSERT reads the view's names."""
+    where, keep = _where(rng) if rng.random() < 0.6 else (None, None)
+    while keep is not None and sum(map(keep, job.records)) < len(job.records) / 3:
+        where, keep = _where(rng)  # one that leaves the windows records to fire with
+    if rng.random() < 0.25 and where:
+        select, rename_user, rename_ts, value, value_of = "*", False, False, None, None
+    else:
+        rename_user, rename_ts = rng.random() < 0.5, rng.random() < 0.5
+        value, value_of = _argument(rng) if rng.random() < 0.6 else (None, None)
+        columns = [f"user_id AS {CUSTOMER}" if rename_user else "user_id"]
+        columns += ["region"] if "region" in job.keys else []
+        columns.append(f"{value} AS amount" if value else "amount")
+        columns.append(f"ts AS {EVENT_TS}" if rename_ts else "ts")
+        select = ", ".join(columns)
+    head, insert = job.script.split("INSERT INTO", 1)
+    view = [f"CREATE TEMPORARY VIEW {VIEW} AS", f"SELECT {select}", f"FROM {TABLE}"]
+    view += [f"WHERE {where}"] if where else []
+    insert = re.sub(rf"\b{TABLE}\b", VIEW, insert)
+    if rename_user:
+        insert = re.sub(r"\buser_id\b", CUSTOMER, insert)
+    if rename_ts:
+        insert = re.sub(r"\bts\b", EVENT_TS, insert)
+    keys = tuple(CUSTOMER if k == "user_id" and rename_user else k for k in job.keys)
+    return replace(
+        job,
+        script=head + "\n".join(view) + ";\nINSERT INTO" + insert,
+        view_keys=keys if rename_user else (),
+        view_where=keep,
+        view_value=value_of,
+    )
+
+
 def _archive(
     rng: random.Random, partitions: int, unit: int, base: int, keys: int, shuffle: bool, idle: bool
 ) -> list[Record]:
@@ -311,28 +354,29 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             over_unbounded=over_unbounded,
             frame_style=frame_style,
         )
-        jobs.append(
-            SqlJob(
-                name=f"random_{seed}_{i}",
-                script=text,
-                records=records,
-                keys=keys,
-                value_type=value_type,
-                size=size,
-                slide=slide,
-                functions=tuple(functions),
-                emission=emission,
-                idle=idle,
-                cumulate=kind == "CUMULATE",
-                session=kind == "SESSION",
-                ttl=ttl,
-                where=keep,
-                argument=value_of,
-                over=over,
-                over_rows=over_rows,
-                over_unbounded=over_unbounded,
-            )
+        job = SqlJob(
+            name=f"random_{seed}_{i}",
+            script=text,
+            records=records,
+            keys=keys,
+            value_type=value_type,
+            size=size,
+            slide=slide,
+            functions=tuple(functions),
+            emission=emission,
+            idle=idle,
+            cumulate=kind == "CUMULATE",
+            session=kind == "SESSION",
+            ttl=ttl,
+            where=keep,
+            argument=value_of,
+            over=over,
+            over_rows=over_rows,
+            over_unbounded=over_unbounded,
         )
+        # Views drawn apart, so that the draws above, and the jobs they make, stay as they were.
+        views = random.Random(seed * 1_000_003 + i)
+        jobs.append(_with_view(job, views) if views.random() < 0.35 else job)
     return jobs
 
 
@@ -505,9 +549,31 @@ OVER_RANGE_UNBOUNDED = _over_job("over_range_unbounded", over_unbounded="range",
 OVER_ROWS_UNBOUNDED = _over_job("over_rows_unbounded", over_unbounded="rows")
 
 
+#: The example through a view that renames the key and the time column, doubles ``amount``
+#: and keeps amounts over 1: u1's $1 at 10 s is left out, yet its partition's watermark moves.
+VIEWED_EXAMPLE = replace(
+    EXAMPLE,
+    name="tumble_through_a_view",
+    script=EXAMPLE.script.split("INSERT INTO")[0]
+    + f"""CREATE TEMPORARY VIEW {VIEW} AS
+SELECT user_id AS {CUSTOMER}, amount * 2 AS amount, ts AS {EVENT_TS}
+FROM {TABLE}
+WHERE amount > 1;
+INSERT INTO windowed
+SELECT {CUSTOMER}, window_start, window_end, SUM(amount) AS a0, COUNT(*) AS a1
+FROM TABLE(TUMBLE(TABLE {VIEW}, DESCRIPTOR({EVENT_TS}), INTERVAL '5' MINUTE))
+GROUP BY {CUSTOMER}, window_start, window_end;
+""",
+    view_keys=(CUSTOMER,),
+    view_where=lambda r: r.value > 1,
+    view_value=lambda r: r.value * 2,
+)
+
+
 def hand_written() -> list[SqlJob]:
     return [
         EXAMPLE,
+        VIEWED_EXAMPLE,
         HOP_ON_EVENT,
         CUMULATE_ON_EVENT,
         UNBOUNDED_TTL,
