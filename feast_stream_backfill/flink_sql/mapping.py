@@ -59,6 +59,10 @@ What Flink's source says, and so what is mapped (Flink 2.3):
 - ``WHERE`` is a filter after the source, before the aggregation: filtered records still
   pass the source's watermark generator. ``StreamJob.where``, with the predicate in Spark SQL
   (:mod:`feast_stream_backfill.flink_sql.expressions`).
+- A view is a projection and a filter (a ``Calc``) between the source and the aggregation,
+  computed per record: the topic's ``transform`` computes its columns, and its ``WHERE``
+  marks the records it keeps (:data:`VIEW_KEEPS`), which ``StreamJob.where`` reads. Time
+  attributes pass through a view's projection, renamed or not; a computed one is refused.
 """
 
 from __future__ import annotations
