@@ -758,3 +758,108 @@ def test_view_refusals_name_the_construct_line_and_column(sql, message):
     with pytest.raises(UnsupportedSqlError) as refused:
         job_from_sql(None, sql, {"transactions": ArchivedTopic("transactions")})
     assert message in str(refused.value)
+
+
+#: Two Kafka tables of one view: its UNION ALL renames the second table's columns, doubles its
+#: amounts and keeps those over 1; each table keeps its own watermark bound.
+UNION = """CREATE TABLE web (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'web');
+CREATE TABLE app (
+  uid STRING, amt DOUBLE, created TIMESTAMP(3),
+  WATERMARK FOR created AS created - INTERVAL '2' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'app');
+CREATE TEMPORARY VIEW purchases AS
+SELECT user_id, amount, ts FROM web
+UNION ALL
+SELECT uid AS user_id, amt * 2 AS amount, created AS ts FROM app WHERE amt > 1;
+INSERT INTO spend_5m
+SELECT user_id, window_start, window_end, SUM(amount) AS spend_5m, COUNT(*) AS purchases_5m
+FROM TABLE(TUMBLE(TABLE purchases, DESCRIPTOR(ts), INTERVAL '5' MINUTE))
+GROUP BY user_id, window_start, window_end;
+"""
+
+
+def test_a_union_of_two_tables_is_a_job_of_two_topics(spark):
+    """web's u1 $1 and $2 and app's u1 3 (as 6) fall in [10:00, 10:05); app's 1 is filtered
+    out. The window fires when the lower of the two tables' watermarks reaches 10:04:59.999:
+    web's 10:05:10 record gives web 10:05:05 but app is at 10:02:58 (its 10:03:00 record, 2 s
+    bound); app's 10:06:00 record lifts it to 10:05:58, and the window fires at 10:06:00."""
+    web = archive(
+        spark,
+        [
+            (0, 0, "2026-01-01 10:00:10", "u1", 1.0),
+            (0, 1, "2026-01-01 10:02:50", "u1", 2.0),
+            (0, 2, "2026-01-01 10:05:10", "u2", 4.0),
+        ],
+    )
+    app_records = spark.sql(
+        "SELECT partition, offset, to_timestamp(created) AS created, uid, amt FROM VALUES "
+        "(0, 0L, '2026-01-01 10:01:00', 'u1', 3D), (0, 1L, '2026-01-01 10:03:00', 'u1', 1D), "
+        "(0, 2L, '2026-01-01 10:06:00', 'u2', 5D) AS t(partition, offset, created, uid, amt)"
+    )
+    topics = {
+        "web": ArchivedTopic("web", dataframe=web.dataframe, timestamp_col="ts"),
+        "app": ArchivedTopic("app", dataframe=app_records, timestamp_col="created"),
+    }
+    job = job_from_sql(spark, UNION, topics)
+    assert [(t.name, t.timestamp_col, t.out_of_orderness_ms) for t in job.topics] == [
+        ("web", "ts", None),
+        ("app", "created", 1_999),
+    ]
+    assert job.watermark.out_of_orderness_ms == 4_999
+    result = backfill(spark, job)
+    log = result.emissions.collect()
+    assert [
+        (
+            r["user_id"],
+            r["emit_time"].strftime("%H:%M:%S.%f")[:12],
+            r["spend_5m"],
+            r["purchases_5m"],
+        )
+        for r in log
+    ] == [("u1", "10:06:00.000", 9.0, 3)]
+    assert result.stats["records_filtered"] == 1
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            UNION.replace("UNION ALL", "UNION"),
+            "line 10, column 1: the view purchases AS SELECT `user_id`, `amount`, ... is not "
+            "supported: a SELECT, or SELECTs joined by UNION ALL, is mapped",
+        ),
+        (
+            UNION.replace("uid STRING, amt DOUBLE", "uid STRING, amt BIGINT"),
+            "line 12, column 24: the view purchases's column amount of type BIGINT here, DOUBLE "
+            "in its first UNION ALL input is not supported",
+        ),
+        (
+            UNION.replace("FROM app WHERE", "FROM web WHERE")
+            .replace("uid AS", "user_id AS")
+            .replace("amt", "amount")
+            .replace("created AS ts", "ts"),
+            "line 9, column 1: the view purchases reading table web twice is not supported",
+        ),
+        (
+            UNION.replace(
+                "'topic' = 'app'", "'topic' = 'app', 'scan.watermark.emit.strategy' = 'on-event'"
+            ),
+            "the tables web and app with different 'scan.watermark.emit.strategy' is not supported",
+        ),
+        (
+            UNION.replace(
+                "'topic' = 'app'", "'topic' = 'app', 'scan.watermark.idle-timeout' = '1 min'"
+            ),
+            "the tables web and app with different 'scan.watermark.idle-timeout' is not supported",
+        ),
+    ],
+    ids=["union-distinct", "types", "table-twice", "emission", "idleness"],
+)
+def test_union_refusals_name_the_construct_line_and_column(sql, message):
+    archives = {"web": ArchivedTopic("web"), "app": ArchivedTopic("app")}
+    with pytest.raises(UnsupportedSqlError) as refused:
+        job_from_sql(None, sql, archives)
+    assert message in str(refused.value)

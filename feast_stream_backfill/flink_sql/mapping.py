@@ -84,6 +84,7 @@ from feast_stream_backfill.flink_sql.reader import (
     Aggregate,
     AggregatingInsert,
     Column,
+    Projection,
     Script,
     SetOption,
     Table,
@@ -141,9 +142,9 @@ def job_from_sql(
     read = read_script(script)
     chosen = _insert(read, insert)
     settings = _settings(read.options)
-    table, views = _source(read, chosen)
-    types = views[-1].types if views else table.types
-    topic = _projected(_topic(table, archives), views)
+    paths = _sources(read, chosen)
+    types = _relation(read, chosen.source).types
+    topics = [_projected(_topic(path.table, archives), path) for path in paths]
     _check_types(chosen, types)
     keys = list(chosen.keys)
     aggregations = [
@@ -153,17 +154,19 @@ def job_from_sql(
         for a in chosen.aggregates
     ]
     derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
+    where = _where(chosen, paths)
     if chosen.unbounded:
         if spark is not None:
-            _check_no_nan(spark, topic, chosen, types)
+            for topic in topics:
+                _check_no_nan(spark, topic, chosen, types)
         return StreamJob(
-            topics=[topic],
+            topics=topics,
             keys=keys,
             window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
             derived=derived,
-            where=_where(chosen, views),
+            where=where,
         )
     if settings.state_ttl is not None:
         raise _refused(
@@ -171,20 +174,21 @@ def job_from_sql(
             f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
             "the state TTL is modelled for an unbounded GROUP BY only",
         )
-    watermark = _watermark(settings, table)
-    if watermark.emission == "periodic" and spark is not None:
-        _check_in_order(spark, topic, table)
+    watermark, topics = _watermarks(settings, paths, topics)
     if spark is not None:
-        _check_no_nan(spark, topic, chosen, types)
+        for path, topic in zip(paths, topics, strict=True):
+            if watermark.emission == "periodic":
+                _check_in_order(spark, topic, path.table)
+            _check_no_nan(spark, topic, chosen, types)
     return StreamJob(
-        topics=[topic],
+        topics=topics,
         keys=keys,
         window=_window(chosen),
         aggregations=aggregations,
         trigger=EventTimeTrigger(),
         watermark=watermark,
         derived=derived,
-        where=_where(chosen, views),
+        where=where,
     )
 
 
@@ -241,23 +245,60 @@ def _insert(read: Script, target: str | None) -> AggregatingInsert:
     )
 
 
-def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View, ...]]:
-    """The Kafka table the ``INSERT`` reads and the views it reads it through, the table's
-    first; the time column it names must be the table's watermarked column, passed through
-    the views (renamed or not), of ``TIMESTAMP(3)``."""
-    views: list[View] = []
-    name = insert.source
-    while (view := next((v for v in read.views if v.name == name), None)) is not None:
-        views.insert(0, view)
-        name = view.source
+@dataclass(frozen=True)
+class _Path:
+    """A Kafka table the ``INSERT`` reads, and the views' projections between them, the
+    table's first (none: the table itself)."""
+
+    table: Table
+    steps: tuple[tuple[View, Projection], ...] = ()
+
+
+def _relation(read: Script, name: str) -> Table | View:
+    relation = next((r for r in (*read.tables, *read.views) if r.name == name), None)
+    assert relation is not None, name  # the reader refuses a query of an undeclared one
+    return relation
+
+
+def _sources(read: Script, insert: AggregatingInsert) -> list[_Path]:
+    """Each Kafka table the ``INSERT`` reads (several through a ``UNION ALL``), checked, with
+    the views it reads it through. The time column it names must be each table's watermarked
+    column, passed through the views (renamed or not), of ``TIMESTAMP(3)``."""
+    paths = _paths(read, insert.source, insert)
+    for path in paths:
+        _check_source(path, insert)
+    return paths
+
+
+def _paths(read: Script, name: str, insert: AggregatingInsert) -> list[_Path]:
+    """The tables relation ``name`` reads, each with its views' projections; a table read
+    twice (a ``UNION ALL`` of itself) is refused: one archive gives each record once."""
     table = next((t for t in read.tables if t.name == name), None)
-    if table is None:
+    if table is not None:
+        return [_Path(table)]
+    view = next((v for v in read.views if v.name == name), None)
+    if view is None:
+        at = insert.at
         raise UnsupportedSqlError(
-            f"the table {name}",
-            insert.at.line,
-            insert.at.column,
-            "not declared in the script",
+            f"the table {name}", at.line, at.column, "not declared in the script"
         )
+    paths: list[_Path] = []
+    for branch in view.branches:
+        for path in _paths(read, branch.source, insert):
+            if any(p.table == path.table for p in paths):
+                raise UnsupportedSqlError(
+                    f"the view {view.name} reading table {path.table.name} twice",
+                    view.at.line,
+                    view.at.column,
+                    "each of its records would be read twice; one archive gives it once",
+                )
+            paths.append(replace(path, steps=(*path.steps, (view, branch))))
+    return paths
+
+
+def _check_source(path: _Path, insert: AggregatingInsert) -> None:
+    """A Kafka table the mapping reads exactly, and its time column the ``INSERT``'s."""
+    table = path.table
     connector = table.option("connector")
     if connector is None or connector.value != "kafka":
         where = connector.at if connector else table.at
@@ -272,7 +313,7 @@ def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View,
         ):
             raise _refused(option, f"the option {option.key!r}")
     if insert.unbounded:
-        return table, tuple(views)
+        return
     if table.watermark is None:
         raise UnsupportedSqlError(
             f"the table {table.name} without a WATERMARK",
@@ -285,8 +326,8 @@ def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View,
     at = insert.time_at or insert.at
     named = ("ORDER BY {}" if insert.over else "DESCRIPTOR({})").format(insert.time_column)
     time_column = insert.time_column
-    for view in reversed(views):
-        column = view.column(time_column)
+    for view, branch in reversed(path.steps):
+        column = next(c for c in branch.columns if c.name == time_column)
         if column.passes is None:
             raise UnsupportedSqlError(
                 named,
@@ -302,7 +343,7 @@ def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View,
             at.line,
             at.column,
             f"not the watermark's column {table.watermark.column}"
-            + (f" (it is {table.name}'s {time_column})" if views else ""),
+            + (f" (it is {table.name}'s {time_column})" if path.steps else ""),
         )
     time = next(c for c in table.columns if c.name == table.watermark.column)
     if time.type != "TIMESTAMP(3)":
@@ -311,20 +352,19 @@ def _source(read: Script, insert: AggregatingInsert) -> tuple[Table, tuple[View,
             f"the event-time type {time.type}",
             "TIMESTAMP(3) is mapped (TIMESTAMP_LTZ windows follow table.local-time-zone)",
         )
-    return table, tuple(views)
 
 
-def _projected(topic: ArchivedTopic, views: tuple[View, ...]) -> ArchivedTopic:
+def _projected(topic: ArchivedTopic, path: _Path) -> ArchivedTopic:
     """The topic as the views give its records: each view's columns computed from the one
     before (after the archive's own ``transform``, if any), beside the archive's columns,
     which the backfill reads for partition, offset and event time. A record a view's
     ``WHERE`` leaves out is kept, marked (:data:`VIEW_KEEPS`): Flink filters it after the
     source, so it still takes processing time and moves the watermark."""
-    if not views:
+    if not path.steps:
         return topic
     archived = {topic.partition_col, topic.offset_col, topic.timestamp_col}
-    for view in views:
-        for column in view.columns:
+    for view, branch in path.steps:
+        for column in branch.columns:
             if column.name in archived and column.passes != column.name:
                 raise UnsupportedSqlError(
                     f"the view {view.name}'s column {column.name}",
@@ -334,7 +374,7 @@ def _projected(topic: ArchivedTopic, views: tuple[View, ...]) -> ArchivedTopic:
                     "partition, offset or time column: name the view's column otherwise",
                 )
     earlier = topic.transform
-    first = views[0]
+    first_view, first = path.steps[0]
     read = [*(c.expression for c in first.columns), *([first.where] if first.where else [])]
     needed = list(dict.fromkeys(c for e in read for c in expression_columns(e)))
 
@@ -345,25 +385,25 @@ def _projected(topic: ArchivedTopic, views: tuple[View, ...]) -> ArchivedTopic:
         if missing:
             raise BadArchiveError(
                 f"{topic.where}: no column {', '.join(missing)}, which the Flink SQL view "
-                f"{first.name} reads from table {first.source}"
+                f"{first_view.name} reads from table {first.source}"
             )
         keeps = F.lit(True)
-        for view in views:
-            if view.where is not None:
-                keeps = keeps & F.coalesce(F.expr(view.where), F.lit(False))
-            columns = {c.name: F.expr(c.expression) for c in view.columns}
+        for _, branch in path.steps:
+            if branch.where is not None:
+                keeps = keeps & F.coalesce(F.expr(branch.where), F.lit(False))
+            columns = {c.name: F.expr(c.expression) for c in branch.columns}
             records = records.withColumns({**columns, VIEW_KEEPS: keeps})
             keeps = F.col(VIEW_KEEPS)
         return records
 
-    code = "; ".join([*([earlier.code] if earlier else []), *(repr(v) for v in views)])
+    code = "; ".join([*([earlier.code] if earlier else []), *(repr(b) for _, b in path.steps)])
     return replace(topic, transform=RecordTransform(code, project))
 
 
-def _where(insert: AggregatingInsert, views: tuple[View, ...]) -> str | None:
+def _where(insert: AggregatingInsert, paths: list[_Path]) -> str | None:
     """The records the aggregation reads: those every view's ``WHERE`` and the ``INSERT``'s
     keep."""
-    if not any(v.where for v in views):
+    if not any(b.where for path in paths for _, b in path.steps):
         return insert.where
     kept = f"`{VIEW_KEEPS}`"
     return kept if insert.where is None else f"{kept} AND ({insert.where})"
@@ -444,6 +484,33 @@ def _topic(table: Table, archives: Mapping[str, ArchivedTopic | str]) -> Archive
     if table.watermark is None:
         return topic
     return replace(topic, timestamp_col=table.watermark.column)
+
+
+def _watermarks(
+    settings: _Settings, paths: list[_Path], topics: list[ArchivedTopic]
+) -> tuple[WatermarkStrategy, list[ArchivedTopic]]:
+    """The job's watermark strategy, the first table's, and the topics, each with its own
+    table's bound where it differs. Each table's source makes its own watermarks; the plugin
+    models one emission and one idle timeout for all of them: tables that differ in either
+    are refused."""
+    strategies = [_watermark(settings, path.table) for path in paths]
+    job = strategies[0]
+    for path, strategy in zip(paths[1:], strategies[1:], strict=True):
+        for option, name in ((EMIT_STRATEGY, "emission"), (SCAN_IDLE_TIMEOUT, "idle_timeout_ms")):
+            if getattr(strategy, name) != getattr(job, name):
+                at = path.table.option(option) or paths[0].table.option(option) or path.table
+                raise UnsupportedSqlError(
+                    f"the tables {paths[0].table.name} and {path.table.name} with different "
+                    f"{option!r}",
+                    at.at.line,
+                    at.at.column,
+                    "one watermark emission and idle timeout for all the tables is modelled",
+                )
+    bounds = [s.out_of_orderness_ms for s in strategies]
+    return job, [
+        replace(t, out_of_orderness_ms=None if b == job.out_of_orderness_ms else b)
+        for t, b in zip(topics, bounds, strict=True)
+    ]
 
 
 def _watermark(settings: _Settings, table: Table) -> WatermarkStrategy:

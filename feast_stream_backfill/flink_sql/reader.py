@@ -11,7 +11,7 @@ parser placed it. Values (which options, which bounds) are judged by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -106,24 +106,33 @@ class ViewColumn:
 
 
 @dataclass(frozen=True)
-class View:
-    """``CREATE [TEMPORARY] VIEW name AS SELECT columns FROM source [WHERE ...]``: a
-    projection of a table (or of another view) and the records it keeps, ``where`` in Spark
-    SQL over the source's columns."""
+class Projection:
+    """``SELECT columns FROM source [WHERE ...]``: what a view computes from one table (or
+    view), its columns named as the view's, and the records it keeps, ``where`` in Spark SQL
+    over the source's columns."""
 
-    name: str
     source: str
     columns: tuple[ViewColumn, ...]
     where: str | None
+
+
+@dataclass(frozen=True)
+class View:
+    """``CREATE [TEMPORARY] VIEW name AS`` one projection, or several joined by ``UNION
+    ALL`` (``branches``, in order), all of the view's column names and types."""
+
+    name: str
+    branches: tuple[Projection, ...]
     at: Position
+
+    @property
+    def columns(self) -> tuple[ViewColumn, ...]:
+        return self.branches[0].columns
 
     @property
     def types(self) -> dict[str, str]:
         """Each column's SQL type, by name."""
         return {c.name: c.type for c in self.columns}
-
-    def column(self, name: str) -> ViewColumn:
-        return next(c for c in self.columns if c.name == name)
 
 
 @dataclass(frozen=True)
@@ -318,16 +327,58 @@ def interval_ms(literal: Any) -> int:
 
 
 def _view(statement: Any, relations: Relations) -> View:
-    """``CREATE [TEMPORARY] VIEW name AS SELECT columns FROM source [WHERE ...]``, ``source``
-    a table or view declared before it; each column ``*``, a source column (``AS`` a new
-    name or not) or ``expression AS name``, written with the operators of ``WHERE``
-    (:mod:`feast_stream_backfill.flink_sql.expressions`)."""
+    """``CREATE [TEMPORARY] VIEW name AS SELECT columns FROM source [WHERE ...]``, or such
+    SELECTs joined by ``UNION ALL`` (each input's columns of the first's types, named as the
+    first's), ``source`` a table or view declared before it; each column ``*``, a source
+    column (``AS`` a new name or not) or ``expression AS name``, written with the operators of
+    ``WHERE`` (:mod:`feast_stream_backfill.flink_sql.expressions`)."""
     name = _table_name(statement.getName())
     if statement.getFieldList().size():
         raise _refused(statement.getFieldList(), f"the column list of view {name}")
-    select = statement.getQuery()
-    if _kind(select) != "SELECT":
-        raise _refused(select, f"the view {name} AS {_first_words(select)}", "one SELECT is mapped")
+    selects = _union_inputs(statement.getQuery(), name)
+    branches = [_projection(select, name, relations) for select in selects]
+    first = branches[0]
+    for select, branch in zip(selects[1:], branches[1:], strict=True):
+        if len(branch.columns) != len(first.columns):
+            raise _refused(
+                select,
+                f"a UNION ALL input of {len(branch.columns)} columns in view {name}",
+                f"the first has {len(first.columns)}",
+            )
+        for column, named in zip(branch.columns, first.columns, strict=True):
+            if column.type != named.type:
+                at = column.at
+                raise UnsupportedSqlError(
+                    f"the view {name}'s column {named.name} of type {column.type} here, "
+                    f"{named.type} in its first UNION ALL input",
+                    at.line,
+                    at.column,
+                    "Flink would cast them to a common type: cast them alike in the script",
+                )
+    names = [c.name for c in first.columns]
+    renamed = [
+        replace(b, columns=tuple(replace(c, name=n) for c, n in zip(b.columns, names, strict=True)))
+        for b in branches
+    ]
+    return View(name, tuple(renamed), position(statement))
+
+
+def _union_inputs(query: Any, view: str) -> list[Any]:
+    """The SELECTs of a view's query: it, or each input of its ``UNION ALL``s, in order."""
+    if _kind(query) == "SELECT":
+        return [query]
+    if _kind(query) == "UNION" and query.getOperator().isAll():
+        return [s for operand in query.getOperandList() for s in _union_inputs(operand, view)]
+    raise _refused(
+        query,
+        f"the view {view} AS {_first_words(query)}",
+        "a SELECT, or SELECTs joined by UNION ALL, is mapped",
+    )
+
+
+def _projection(select: Any, name: str, relations: Relations) -> Projection:
+    """One SELECT of view ``name``: :func:`_view`'s columns of one table or view, and its
+    ``WHERE``."""
     _refuse_clauses(select, "a view projects and filters the records of one table or view")
     if select.getGroup() is not None or select.getWindowList().size() > 0:
         clause = select.getGroup() or select.getWindowList()
@@ -367,7 +418,7 @@ def _view(statement: Any, relations: Relations) -> View:
                 f"the view {name}'s second column named {column.name}", at.line, at.column
             )
     where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
-    return View(name, source_name, tuple(columns), where, position(statement))
+    return Projection(source_name, tuple(columns), where)
 
 
 def _refuse_clauses(select: Any, why: str) -> None:
