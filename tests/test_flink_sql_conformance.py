@@ -40,6 +40,7 @@ from tests.conformance.sql.jobs import (
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
     UNBOUNDED_TTL,
+    UNION_EXAMPLE,
     VIEWED_EXAMPLE,
     generated,
     hand_written,
@@ -51,7 +52,8 @@ from tests.reference_simulator import Record
 #: dropping rows, OVER inline and named, with a RANGE of 0, no frame written and frames
 #: without BETWEEN; seven WHEREs, two over archives with NaN amounts; four with aggregates of
 #: an expression; ten through a view, renaming the key or the time column, computing the
-#: aggregated column, filtering, or ``SELECT *`` (test_the_random_jobs_cover_every_construct).
+#: aggregated column, filtering, or ``SELECT *``, and one through a UNION ALL of two tables
+#: (test_the_random_jobs_cover_every_construct).
 RANDOM = generated(20, seed=87616)
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
@@ -109,6 +111,16 @@ def test_flink_sql_fires_the_hand_computed_example_through_a_view(runs):
     ]
     assert (dropped, odd) == ({}, [])
     assert run.columns[0] == "customer"
+
+
+def test_flink_sql_fires_the_hand_computed_union_of_two_tables(runs):
+    # [0, 5 min) holds events' u1 1 and 2 and events_b's u1 3 (as 6; its 1 is left out). It
+    # fires when the lower of the two tables' watermarks reaches 300 s - 1 ms: events' 310 s
+    # record gives it 305 s, but events_b is at 178 s until its 360 s record (358 s).
+    job, run = runs[UNION_EXAMPLE.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert emissions == [("u1", BASE, BASE + 300_000, BASE + 360_000, 0, "on_time", 9.0, 3.0)]
+    assert (dropped, odd) == ({}, [])
 
 
 def test_flink_sql_fires_the_hand_computed_hop_with_late_records(runs):
@@ -281,6 +293,7 @@ def test_the_random_jobs_cover_every_construct(runs):
     assert sum(j.view_where is not None for j in views) >= 3
     assert any("DESCRIPTOR(event_ts)" in j.script for j in views)
     assert any("SELECT *" in j.script for j in views)
+    assert any("UNION ALL" in j.script for j in views)
 
 
 @pytest.mark.parametrize("job", hand_written(), ids=lambda j: j.name)

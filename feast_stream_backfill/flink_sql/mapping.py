@@ -199,6 +199,7 @@ class _Settings:
 
     interval_ms: int = DEFAULT_INTERVAL_MS
     idle_ms: int = 0
+    idle_option: SetOption | None = None
     state_ttl: SetOption | None = None
 
 
@@ -209,7 +210,7 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
         if option.key == AUTO_WATERMARK_INTERVAL:
             settings = replace(settings, interval_ms=_duration_ms(option))
         elif option.key == SOURCE_IDLE_TIMEOUT:
-            settings = replace(settings, idle_ms=_duration_ms(option))
+            settings = replace(settings, idle_ms=_duration_ms(option), idle_option=option)
         elif option.key == STATE_TTL:
             settings = replace(settings, state_ttl=option)
         else:
@@ -506,6 +507,16 @@ def _watermarks(
                     at.at.column,
                     "one watermark emission and idle timeout for all the tables is modelled",
                 )
+    if len(paths) > 1 and job.idle_timeout_ms:
+        table = paths[0].table
+        at = (table.option(SCAN_IDLE_TIMEOUT) or settings.idle_option or table).at
+        raise UnsupportedSqlError(
+            f"an idle timeout with the {len(paths)} tables of a UNION ALL",
+            at.line,
+            at.column,
+            "idleness across sources (Flink's StatusWatermarkValve) is not modelled yet: one "
+            "table, or no idleness",
+        )
     bounds = [s.out_of_orderness_ms for s in strategies]
     return job, [
         replace(t, out_of_orderness_ms=None if b == job.out_of_orderness_ms else b)

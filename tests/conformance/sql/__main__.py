@@ -38,6 +38,12 @@ from tests.conformance.sql.jobs import generated, hand_written
 SPARK_CONF = Path(__file__).resolve().parents[2] / "spark_conf"
 
 
+def _own_bound(job: SqlJob) -> bool:
+    """The two tables of a UNION ALL have different watermark bounds."""
+    bounds = re.findall(r"WATERMARK FOR \w+ AS \w+ - (INTERVAL '[^']*' \w+)", job.script)
+    return len(set(bounds)) > 1
+
+
 def constructs(job: SqlJob) -> list[str]:
     """The counts a job adds to: its window (an OVER's frame) x emission x idleness, its
     functions, value type (and an OVER's bound of 0, frame written without BETWEEN or not at
@@ -47,6 +53,7 @@ def constructs(job: SqlJob) -> list[str]:
     view = (
         job.script.split("CREATE TEMPORARY VIEW", 1)[-1].split(";", 1)[0] if job.reads_view else ""
     )
+    union = "UNION ALL" in view
     return [
         f"{job.window} x {job.emission} x {idle}",
         *(["WHERE"] if job.where is not None else []),
@@ -61,7 +68,9 @@ def constructs(job: SqlJob) -> list[str]:
         *(["OVER without a frame (RANGE UNBOUNDED)"] if over.startswith(")") else []),
         *(["OVER w, a WINDOW clause"] if "\nWINDOW w AS" in job.script else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
-        *(["a view"] if view else []),
+        *(["a view"] if view and not union else []),
+        *(["a UNION ALL of two tables"] if union else []),
+        *(["a UNION ALL, its second table's own bound"] if union and _own_bound(job) else []),
         *(["a view: SELECT *"] if "SELECT *" in view else []),
         *(["a view's WHERE"] if "WHERE" in view else []),
         *(["a view renaming the key"] if job.view_keys else []),

@@ -40,8 +40,11 @@ HERE = Path(__file__).resolve().parent
 LIB, CLASSES = HERE / "lib", HERE / "classes"
 SOURCES = sorted((HERE / "src").glob("*.java"))
 RESOURCES = HERE / "resources"
-#: The Kafka table every generated script reads, and its topic.
-TABLE = "events"
+#: The Kafka table every generated script reads, and its topic; some read a second one too,
+#: through a UNION ALL, whose columns are named otherwise (:data:`SECOND_COLUMNS`).
+TABLE, SECOND_TABLE = "events", "events_b"
+#: The second table's names of ``user_id``, ``amount`` and ``ts``.
+SECOND_COLUMNS = {"user_id": "user_key", "amount": "amt", "ts": "event_time"}
 #: Flink's output has no firing kind: a window TVF aggregation fires each window once, on time;
 #: an unbounded aggregation updates its key with each record.
 ON_TIME, PER_RECORD = "on_time", "per_record"
@@ -199,13 +202,13 @@ def processing_order(job: SqlJob) -> list[tuple[int, Record]]:
 
 
 def _feed(job: SqlJob) -> str:
-    """``r partition offset pt`` and the row's physical columns: keys, amount, ts (ms)."""
+    """``r table partition offset pt`` and the row's physical columns: keys, amount, ts (ms)."""
     lines = []
     for pt, r in processing_order(job):
         value = int(r.value) if job.value_type == "BIGINT" else r.value
         value = "NaN" if isinstance(value, float) and math.isnan(value) else value  # Java's
         fields = " ".join([*r.key.split("|"), str(value), str(r.et)])
-        lines.append(f"r {r.partition} {r.offset} {pt} {fields}")
+        lines.append(f"r {r.topic} {r.partition} {r.offset} {pt} {fields}")
     return "\n".join(lines) + "\n"
 
 
@@ -309,10 +312,12 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     return emissions, dict(dropped), odd
 
 
-def archive(spark: SparkSession, job: SqlJob) -> ArchivedTopic:
-    """The job's records as the archived topic ``job_from_sql`` reads (``ts`` a TIMESTAMP)."""
+def archive(spark: SparkSession, job: SqlJob, table: str = TABLE) -> ArchivedTopic:
+    """The job's records of ``table`` as the archived topic ``job_from_sql`` reads (its time
+    column a TIMESTAMP; the second table's columns named as it names them)."""
+    names = SECOND_COLUMNS if table == SECOND_TABLE else {}
     value = "long" if job.value_type == "BIGINT" else "double"
-    keys = ", ".join(f"{k} string" for k in job.keys)
+    keys = ", ".join(f"{names.get(k, k)} string" for k in job.keys)
     rows = [
         (
             r.partition,
@@ -322,15 +327,24 @@ def archive(spark: SparkSession, job: SqlJob) -> ArchivedTopic:
             int(r.value) if value == "long" else r.value,
         )
         for r in job.records
+        if r.topic == table
     ]
-    df = spark.createDataFrame(rows, f"partition int, offset long, et long, {keys}, amount {value}")
-    records = df.withColumn("ts", F.timestamp_millis("et")).drop("et")
-    return ArchivedTopic(TABLE, dataframe=records, timestamp_col="ts")
+    amount, ts = names.get("amount", "amount"), names.get("ts", "ts")
+    df = spark.createDataFrame(
+        rows, f"partition int, offset long, et long, {keys}, {amount} {value}"
+    )
+    records = df.withColumn(ts, F.timestamp_millis("et")).drop("et")
+    return ArchivedTopic(table, dataframe=records, timestamp_col=ts)
+
+
+def archives(spark: SparkSession, job: SqlJob) -> dict[str, ArchivedTopic]:
+    """Each table's archive, by table name."""
+    return {t: archive(spark, job, t) for t in dict.fromkeys(r.topic for r in job.records)}
 
 
 def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     """The plugin's backfill of the script, in :func:`flink_log`'s shape."""
-    result = backfill(spark, job_from_sql(spark, job.script, {TABLE: archive(spark, job)}))
+    result = backfill(spark, job_from_sql(spark, job.script, archives(spark, job)))
     ms = F.unix_millis
     key = F.concat_ws("|", *job.output_keys)
     emissions = [
@@ -369,7 +383,9 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     equal to the backfill). Without Spark: the archive is not read, so ``job_from_sql``'s
     check that periodic jobs' partitions are in event-time order is skipped here (the
     generated periodic archives are, by construction; :func:`plugin_log` runs the check)."""
-    mapped = job_from_sql(None, job.script, {TABLE: ArchivedTopic(TABLE)})
+    mapped = job_from_sql(
+        None, job.script, {TABLE: ArchivedTopic(TABLE), SECOND_TABLE: ArchivedTopic(SECOND_TABLE)}
+    )
     watermark, window = mapped.watermark, mapped.window
     over = isinstance(window, OverWindows)
     model = Job(
@@ -383,6 +399,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         domain=window.domain,
         trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
         bound=watermark.out_of_orderness_ms,
+        topic_bounds=tuple(mapped.bounds.items()),
         interval=watermark.interval_ms,
         emission=watermark.emission,
         idleness=watermark.idle_timeout_ms or 0,

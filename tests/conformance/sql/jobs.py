@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tests.conformance.scenarios import BASE
-from tests.conformance.sql.harness import TABLE, SqlJob
+from tests.conformance.sql.harness import SECOND_COLUMNS, SECOND_TABLE, TABLE, SqlJob
 from tests.reference_simulator import Record
 
 #: (SQL, output name stem) per aggregate function; COUNT appears with * and with the column.
@@ -257,6 +257,58 @@ def _with_view(job: SqlJob, rng: random.Random) -> SqlJob:
     )
 
 
+def _second(sql: str) -> str:
+    """``sql`` over ``events``' columns written with the second table's names."""
+    for name, second in SECOND_COLUMNS.items():
+        sql = re.sub(rf"\b{name}\b", second, sql)
+    return sql
+
+
+def _with_union(job: SqlJob, rng: random.Random) -> SqlJob:
+    """``job`` reading two Kafka tables through a view's ``UNION ALL``: some of its partitions
+    move to a second table (:data:`SECOND_TABLE`) with its own column names and watermark
+    bound (the emission option alike); its branch may compute ``amount`` or filter. A job of
+    one partition, or with idleness (refused across tables), is returned as it is."""
+    partitions = sorted({r.partition for r in job.records})
+    if len(partitions) < 2 or job.idle:  # idleness across tables: refused by the mapping
+        return job
+    moved = set(rng.sample(partitions, rng.randint(1, len(partitions) - 1)))
+    records = [replace(r, topic=SECOND_TABLE) if r.partition in moved else r for r in job.records]
+    second = [r for r in records if r.topic == SECOND_TABLE]
+    where, keep = _where(rng) if rng.random() < 0.5 else (None, None)
+    value, value_of = _argument(rng) if rng.random() < 0.5 else (None, None)
+    if job.where is not None:  # beside the INSERT's WHERE, these can contradict it
+        where, keep, value, value_of = None, None, None, None
+    while keep is not None and sum(map(keep, second)) < len(second) / 3:
+        where, keep = _where(rng)
+    head, insert = job.script.split("INSERT INTO", 1)
+    ddl = re.search(rf"CREATE TABLE {TABLE} \(.*?\) WITH \(.*?\);\n", head, re.S).group(0)
+    table = _second(ddl).replace(f"CREATE TABLE {TABLE} ", f"CREATE TABLE {SECOND_TABLE} ")
+    table = table.replace(f"'topic' = '{TABLE}'", f"'topic' = '{SECOND_TABLE}'")
+    unit = 1000 if job.size >= 5_000 else 1  # a job's lengths are of 5 units or more
+    bound = rng.choice([1, 2, 5, 10, 25]) if unit == 1 else rng.choice([1, 500, 5000])
+    table = re.sub(r"event_time - INTERVAL '[^']*' \w+", f"event_time - {_interval(bound)}", table)
+    keys = ", ".join(job.keys)
+    renamed = ", ".join(f"{_second(k)} AS {k}" if _second(k) != k else k for k in job.keys)
+    view = [
+        f"CREATE TEMPORARY VIEW {VIEW} AS",
+        f"SELECT {keys}, amount, ts FROM {TABLE}",
+        "UNION ALL",
+        f"SELECT {renamed}, {_second(value or 'amount')} AS amount, event_time AS ts "
+        f"FROM {SECOND_TABLE}" + (f" WHERE {_second(where)}" if where else ""),
+    ]
+    insert = re.sub(rf"\b{TABLE}\b", VIEW, insert)
+    return replace(
+        job,
+        script=head + table + "\n".join(view) + ";\nINSERT INTO" + insert,
+        records=records,
+        view_where=(lambda r: r.topic != SECOND_TABLE or keep(r)) if keep else None,
+        view_value=(lambda r: value_of(r) if r.topic == SECOND_TABLE else r.value)
+        if value_of
+        else None,
+    )
+
+
 def _archive(
     rng: random.Random, partitions: int, unit: int, base: int, keys: int, shuffle: bool, idle: bool
 ) -> list[Record]:
@@ -381,7 +433,12 @@ def generated(n: int, seed: int) -> list[SqlJob]:
         )
         # Views drawn apart, so that the draws above, and the jobs they make, stay as they were.
         views = random.Random(seed * 1_000_003 + i)
-        jobs.append(_with_view(job, views) if views.random() < 0.35 else job)
+        chance = views.random()
+        if chance < 0.35:
+            job = _with_view(job, views)
+        elif chance < 0.9:
+            job = _with_union(job, views)
+        jobs.append(job)
     return jobs
 
 
@@ -575,10 +632,63 @@ GROUP BY {CUSTOMER}, window_start, window_end;
 )
 
 
+#: Two tables through a UNION ALL: events (B = 5 s) and events_b (B = 2 s, its amounts doubled
+#: and those of 1 or less left out), each one partition, 5-minute TUMBLE, periodic every 200
+#: ms. Seconds after BASE: events u1 10, u1 170, u2 310; events_b u1 60 (3), u1 180 (1), u2 360.
+UNION_EXAMPLE = SqlJob(
+    name="tumble_of_a_union",
+    script=f"""CREATE TABLE {TABLE} (
+  user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
+  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND
+) WITH ('connector' = 'kafka', 'topic' = '{TABLE}', 'format' = 'json');
+CREATE TABLE {SECOND_TABLE} (
+  user_key STRING, amt DOUBLE, event_time TIMESTAMP(3),
+  WATERMARK FOR event_time AS event_time - INTERVAL '2' SECOND
+) WITH ('connector' = 'kafka', 'topic' = '{SECOND_TABLE}', 'format' = 'json');
+CREATE TEMPORARY VIEW {VIEW} AS
+SELECT user_id, amount, ts FROM {TABLE}
+UNION ALL
+SELECT user_key AS user_id, amt * 2 AS amount, event_time AS ts FROM {SECOND_TABLE} WHERE amt > 1;
+INSERT INTO windowed
+SELECT user_id, window_start, window_end, SUM(amount) AS a0, COUNT(*) AS a1
+FROM TABLE(TUMBLE(TABLE {VIEW}, DESCRIPTOR(ts), INTERVAL '5' MINUTE))
+GROUP BY user_id, window_start, window_end;
+""",
+    records=[
+        *_rows(
+            0,
+            [(s * 1000, k, v) for s, k, v in [(10, "u1", 1.0), (170, "u1", 2.0), (310, "u2", 4.0)]],
+            BASE,
+        ),
+        *(
+            replace(r, topic=SECOND_TABLE)
+            for r in _rows(
+                0,
+                [
+                    (s * 1000, k, v)
+                    for s, k, v in [(60, "u1", 3.0), (180, "u1", 1.0), (360, "u2", 5.0)]
+                ],
+                BASE,
+            )
+        ),
+    ],
+    keys=("user_id",),
+    value_type="DOUBLE",
+    size=300_000,
+    slide=0,
+    functions=("SUM", "COUNT(*)"),
+    emission="periodic",
+    idle=False,
+    view_where=lambda r: r.topic != SECOND_TABLE or r.value > 1,
+    view_value=lambda r: r.value * 2 if r.topic == SECOND_TABLE else r.value,
+)
+
+
 def hand_written() -> list[SqlJob]:
     return [
         EXAMPLE,
         VIEWED_EXAMPLE,
+        UNION_EXAMPLE,
         HOP_ON_EVENT,
         CUMULATE_ON_EVENT,
         UNBOUNDED_TTL,

@@ -5,6 +5,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -30,6 +31,7 @@ import org.apache.flink.streaming.api.operators.source.ProgressiveTimestampsAndW
 import org.apache.flink.streaming.api.operators.source.TimestampsAndWatermarks;
 import org.apache.flink.streaming.api.transformations.OneInputTransformation;
 import org.apache.flink.streaming.api.transformations.PartitionTransformation;
+import org.apache.flink.streaming.api.transformations.UnionTransformation;
 import org.apache.flink.streaming.api.watermark.Watermark;
 import org.apache.flink.streaming.runtime.io.PushingAsyncDataInput;
 import org.apache.flink.streaming.runtime.streamrecord.LatencyMarker;
@@ -74,23 +76,25 @@ import org.apache.flink.util.clock.ManualClock;
  * Runs a Flink SQL script's aggregating INSERT (a window aggregation, an unbounded GROUP BY, or
  * an event-time OVER aggregation) through the operators Flink's own planner builds for it, deterministically.
  *
- * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; the
+ * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; each
  * Kafka table is read by a test connector that, like Kafka's, implements
  * {@link SupportsWatermarkPushDown}, so the planner hands it the watermark strategy it
  * generates from the WATERMARK clause, 'scan.watermark.*' options and
  * 'table.exec.source.idle-timeout'. That strategy runs in a
- * {@link ProgressiveTimestampsAndWatermarks} (what SourceOperator uses: a generator per split,
- * the multiplexer, periodic emission on a processing-time service, idleness), then a one-channel
- * {@link StatusWatermarkValve}, then every one-input operator of the translated graph between
- * source and sink (the window aggregation and whatever the planner puts around it) in Flink's
- * operator test harnesses, keyed with the transformation's own key selector where it has one.
+ * {@link ProgressiveTimestampsAndWatermarks} per table (what SourceOperator uses: a generator
+ * per split, the multiplexer, periodic emission on a processing-time service, idleness), then
+ * the one-input operators of the table's branch where a UNION ALL joins several tables, then a
+ * {@link StatusWatermarkValve} with a channel per table (the network input of the operator
+ * after the union), then every one-input operator of the translated graph between it and the
+ * sink (the window aggregation and whatever the planner puts around it) in Flink's operator
+ * test harnesses, keyed with the transformation's own key selector where it has one.
  * Ours: the loop feeding records in the given (processing time) order with the periodic ticks at
  * multiples of the interval, the state TTL's processing time set to each record's, and the log
  * of what reaches the sink, attributed to its cause.
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
- * {@code r partition offset pt field1 field2 ...} (the table's physical columns, in order;
- * a TIMESTAMP as epoch ms). The output: {@code columns name ...}, {@code over Function} for an
+ * {@code r table partition offset pt field1 field2 ...} (the table's physical columns, in
+ * order; a TIMESTAMP as epoch ms). The output: {@code columns name ...}, {@code over Function} for an
  * OVER aggregation (the function's class), then {@code rec i W dropped}
  * per record (the window operator's watermark before it, and whether its late-records counter
  * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
@@ -104,9 +108,9 @@ public final class FlinkSqlReplay {
     /** The name of the connector's own (never run) stream: where the walk stops. */
     static final String SOURCE = "replay-source";
 
-    /** The strategy the planner pushed into the source, and the table's physical row type. */
-    static WatermarkStrategy<RowData> pushed;
-    static DataType physicalRow;
+    /** Per table, the strategy the planner pushed into its source, and its physical row type. */
+    static final Map<String, WatermarkStrategy<RowData>> pushed = new HashMap<>();
+    static final Map<String, DataType> physicalRows = new HashMap<>();
 
     /** 'connector' = 'replay': what the harness puts in place of 'kafka'. Options unchecked. */
     public static final class ReplayFactory implements DynamicTableSourceFactory {
@@ -127,13 +131,20 @@ public final class FlinkSqlReplay {
 
         @Override
         public DynamicTableSource createDynamicTableSource(Context context) {
-            physicalRow = context.getPhysicalRowDataType();
-            return new ReplaySource();
+            String table = context.getObjectIdentifier().getObjectName();
+            physicalRows.put(table, context.getPhysicalRowDataType());
+            return new ReplaySource(table);
         }
     }
 
     /** A source that keeps the pushed-down watermark strategy; its own stream is never run. */
     static final class ReplaySource implements ScanTableSource, SupportsWatermarkPushDown {
+        private final String table;
+
+        ReplaySource(String table) {
+            this.table = table;
+        }
+
         @Override
         public ChangelogMode getChangelogMode() {
             return ChangelogMode.insertOnly();
@@ -141,11 +152,11 @@ public final class FlinkSqlReplay {
 
         @Override
         public ScanRuntimeProvider getScanRuntimeProvider(ScanContext context) {
-            InternalTypeInfo<RowData> type = InternalTypeInfo.of((RowType) physicalRow.getLogicalType());
+            InternalTypeInfo<RowData> type = InternalTypeInfo.of((RowType) physicalRows.get(table).getLogicalType());
             return new DataStreamScanProvider() {
                 @Override
                 public DataStream<RowData> produceDataStream(ProviderContext provider, StreamExecutionEnvironment env) {
-                    return env.fromSequence(0, 0).map(x -> (RowData) null).returns(type).name(SOURCE);
+                    return env.fromSequence(0, 0).map(x -> (RowData) null).returns(type).name(SOURCE + " " + table);
                 }
 
                 @Override
@@ -157,12 +168,12 @@ public final class FlinkSqlReplay {
 
         @Override
         public void applyWatermark(WatermarkStrategy<RowData> strategy) {
-            pushed = strategy;
+            pushed.put(table, strategy);
         }
 
         @Override
         public DynamicTableSource copy() {
-            return new ReplaySource();
+            return new ReplaySource(table);
         }
 
         @Override
@@ -177,6 +188,11 @@ public final class FlinkSqlReplay {
     private static final Pattern INSERT = Pattern.compile("(?is)^INSERT\\s+INTO\\s+(\\S+)\\s+(SELECT\\b.*)$");
 
     private final List<OneInputStreamOperatorTestHarness<RowData, RowData>> stages = new ArrayList<>();
+    /** Per table, the one-input operators between its source and the UNION ALL (none without
+     * one), and its channel of the valve after them. */
+    private final Map<String, List<OneInputStreamOperatorTestHarness<RowData, RowData>>> branches =
+            new LinkedHashMap<>();
+    private final Map<String, Integer> channels = new HashMap<>();
     /** Per stage, the serializer of a keyed stage's input (null: not keyed): a keyed stage
      * reads its rows from the network, as binary rows (the OVER function reads the rowtime of
      * one with {@code getLong}, which only a binary row answers for a TIMESTAMP). */
@@ -191,8 +207,8 @@ public final class FlinkSqlReplay {
 
     private FlinkSqlReplay(String script, PrintWriter out) throws Exception {
         this.out = out;
-        pushed = null;
-        physicalRow = null;
+        pushed.clear();
+        physicalRows.clear();
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(1);
         StreamTableEnvironment tEnv = StreamTableEnvironment.create(env, EnvironmentSettings.inStreamingMode());
@@ -245,20 +261,30 @@ public final class FlinkSqlReplay {
     @SuppressWarnings({"unchecked", "rawtypes"})
     private void buildStages(Transformation<?> sink) throws Exception {
         List<OneInputTransformation<RowData, RowData>> chain = new ArrayList<>();
-        Transformation<?> t = sink.getInputs().get(0); // the sink itself writes nowhere we read
-        while (!t.getName().equals(SOURCE)) {
-            if (t instanceof OneInputTransformation<?, ?> one) {
-                chain.add((OneInputTransformation<RowData, RowData>) one);
-            } else if (!(t instanceof PartitionTransformation<?>)) {
-                throw new IllegalStateException("unexpected transformation " + t);
-            }
-            if (t.getInputs().size() != 1) {
-                throw new IllegalStateException("not a chain: " + t);
-            }
-            t = t.getInputs().get(0);
-        }
-        Collections.reverse(chain);
+        Transformation<?> t = walk(sink.getInputs().get(0), chain); // the sink writes nowhere we read
         SerializerConfigImpl config = new SerializerConfigImpl();
+        List<Transformation<?>> sources = t instanceof UnionTransformation<?> u ? u.getInputs() : List.of(t);
+        for (Transformation<?> input : sources) {
+            List<OneInputTransformation<RowData, RowData>> branch = new ArrayList<>();
+            Transformation<?> source = input == t ? t : walk(input, branch);
+            if (!source.getName().startsWith(SOURCE + " ")) {
+                throw new IllegalStateException("a UNION ALL input not read from a table: " + source);
+            }
+            String table = source.getName().substring(SOURCE.length() + 1);
+            List<OneInputStreamOperatorTestHarness<RowData, RowData>> operators = new ArrayList<>();
+            for (OneInputTransformation<RowData, RowData> one : branch) {
+                if (one.getStateKeySelector() != null) {
+                    throw new IllegalStateException("a keyed operator before the UNION ALL: " + one);
+                }
+                OneInputStreamOperatorTestHarness<RowData, RowData> harness =
+                        new OneInputStreamOperatorTestHarness<>(one.getOperatorFactory(), 1, 1, 0);
+                harness.setup(one.getOutputType().createSerializer(config));
+                harness.open();
+                operators.add(harness);
+            }
+            channels.put(table, branches.size());
+            branches.put(table, operators);
+        }
         for (OneInputTransformation<RowData, RowData> one : chain) {
             TypeSerializer<RowData> in = one.getInputType().createSerializer(config);
             OneInputStreamOperatorTestHarness<RowData, RowData> harness = one.getStateKeySelector() != null
@@ -295,6 +321,27 @@ public final class FlinkSqlReplay {
         for (int i = 0; i < outputTypes.size(); i++) {
             getters.add(RowData.createFieldGetter(outputTypes.get(i), i));
         }
+    }
+
+    /**
+     * The one-input operators from {@code t} towards the sources into {@code chain}, source side
+     * first, up to a table's source or a UNION ALL: returned.
+     */
+    @SuppressWarnings("unchecked")
+    private static Transformation<?> walk(Transformation<?> t, List<OneInputTransformation<RowData, RowData>> chain) {
+        while (!t.getName().startsWith(SOURCE + " ") && !(t instanceof UnionTransformation<?>)) {
+            if (t instanceof OneInputTransformation<?, ?> one) {
+                chain.add((OneInputTransformation<RowData, RowData>) one);
+            } else if (!(t instanceof PartitionTransformation<?>)) {
+                throw new IllegalStateException("unexpected transformation " + t);
+            }
+            if (t.getInputs().size() != 1) {
+                throw new IllegalStateException("not a chain: " + t);
+            }
+            t = t.getInputs().get(0);
+        }
+        Collections.reverse(chain);
+        return t;
     }
 
     /** The package of Flink's OVER functions. */
@@ -364,52 +411,95 @@ public final class FlinkSqlReplay {
         }
     }
 
+    /**
+     * Push one element of {@code table}'s source into stage {@code i} of its branch and what it
+     * emits on: after the branch, a record into the chain, a watermark or status into the
+     * table's channel of the valve.
+     */
+    private void pushBranch(String table, int i, Object element) throws Exception {
+        List<OneInputStreamOperatorTestHarness<RowData, RowData>> branch = branches.get(table);
+        if (i == branch.size()) {
+            int channel = channels.get(table);
+            if (element instanceof StreamRecord<?>) {
+                push(0, element, fired);
+            } else if (element instanceof Watermark w) {
+                valve.inputWatermark(w, channel, afterValve);
+            } else if (element instanceof WatermarkStatus s) {
+                valve.inputWatermarkStatus(s, channel, afterValve);
+            }
+            return;
+        }
+        OneInputStreamOperatorTestHarness<RowData, RowData> h = branch.get(i);
+        if (element instanceof StreamRecord<?> r) {
+            @SuppressWarnings("unchecked")
+            StreamRecord<RowData> row = (StreamRecord<RowData>) r;
+            h.processElement(row);
+        } else if (element instanceof Watermark w) {
+            h.processWatermark(w);
+        } else if (element instanceof WatermarkStatus s) {
+            h.processWatermarkStatus(s);
+        } else {
+            return;
+        }
+        Object o;
+        while ((o = h.getOutput().poll()) != null) {
+            pushBranch(table, i + 1, o);
+        }
+    }
+
     // ---------------------------------------------------------------- the source and the feed
 
     private final List<RowData> fired = new ArrayList<>();
 
-    /** The source's records and watermarks: through the one-channel valve into the chain. */
-    private final class SourceChannel implements PushingAsyncDataInput.DataOutput<RowData> {
-        private final StatusWatermarkValve valve = new StatusWatermarkValve(1);
-        private final PushingAsyncDataInput.DataOutput<RowData> afterValve = new PushingAsyncDataInput.DataOutput<>() {
-            @Override
-            public void emitRecord(StreamRecord<RowData> r) {
-                throw new IllegalStateException("records do not pass the valve");
-            }
-
-            @Override
-            public void emitWatermark(Watermark w) throws Exception {
-                push(0, w, fired);
-            }
-
-            @Override
-            public void emitWatermarkStatus(WatermarkStatus s) throws Exception {
-                push(0, s, fired);
-            }
-
-            @Override
-            public void emitLatencyMarker(LatencyMarker m) {}
-
-            @Override
-            public void emitRecordAttributes(RecordAttributes a) {}
-
-            @Override
-            public void emitWatermark(WatermarkEvent e) {}
-        };
-
+    /** The valve of the operator after the sources (or the UNION ALL): a channel per table. */
+    private StatusWatermarkValve valve;
+    private final PushingAsyncDataInput.DataOutput<RowData> afterValve = new PushingAsyncDataInput.DataOutput<>() {
         @Override
-        public void emitRecord(StreamRecord<RowData> r) throws Exception {
-            push(0, r, fired);
+        public void emitRecord(StreamRecord<RowData> r) {
+            throw new IllegalStateException("records do not pass the valve");
         }
 
         @Override
         public void emitWatermark(Watermark w) throws Exception {
-            valve.inputWatermark(w, 0, afterValve);
+            push(0, w, fired);
         }
 
         @Override
         public void emitWatermarkStatus(WatermarkStatus s) throws Exception {
-            valve.inputWatermarkStatus(s, 0, afterValve);
+            push(0, s, fired);
+        }
+
+        @Override
+        public void emitLatencyMarker(LatencyMarker m) {}
+
+        @Override
+        public void emitRecordAttributes(RecordAttributes a) {}
+
+        @Override
+        public void emitWatermark(WatermarkEvent e) {}
+    };
+
+    /** A table's source's records and watermarks: into its branch. */
+    private final class SourceChannel implements PushingAsyncDataInput.DataOutput<RowData> {
+        private final String table;
+
+        SourceChannel(String table) {
+            this.table = table;
+        }
+
+        @Override
+        public void emitRecord(StreamRecord<RowData> r) throws Exception {
+            pushBranch(table, 0, r);
+        }
+
+        @Override
+        public void emitWatermark(Watermark w) throws Exception {
+            pushBranch(table, 0, w);
+        }
+
+        @Override
+        public void emitWatermarkStatus(WatermarkStatus s) throws Exception {
+            pushBranch(table, 0, s);
         }
 
         @Override
@@ -474,7 +564,7 @@ public final class FlinkSqlReplay {
     }
 
     private void run(List<String> feed) throws Exception {
-        List<LogicalType> columns = ((RowType) physicalRow.getLogicalType()).getChildren();
+        List<String> tables = new ArrayList<>(); // per record
         List<long[]> meta = new ArrayList<>(); // (partition, offset, pt)
         List<RowData> rows = new ArrayList<>();
         for (String line : feed) {
@@ -482,17 +572,22 @@ public final class FlinkSqlReplay {
             if (!f[0].equals("r")) {
                 continue;
             }
-            meta.add(new long[] {Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3])});
+            if (!branches.containsKey(f[1])) {
+                throw new IllegalArgumentException("a record of " + f[1] + ", a table the INSERT does not read");
+            }
+            List<LogicalType> columns = ((RowType) physicalRows.get(f[1]).getLogicalType()).getChildren();
+            tables.add(f[1]);
+            meta.add(new long[] {Long.parseLong(f[2]), Long.parseLong(f[3]), Long.parseLong(f[4])});
             GenericRowData row = new GenericRowData(columns.size());
             for (int c = 0; c < columns.size(); c++) {
-                row.setField(c, field(columns.get(c), f[4 + c]));
+                row.setField(c, field(columns.get(c), f[5 + c]));
             }
             rows.add(row);
         }
         if (interval <= 0) {
             throw new IllegalStateException("pipeline.auto-watermark-interval must be > 0 here");
         }
-        TestProcessingTimeService sourceTime = new TestProcessingTimeService();
+        valve = new StatusWatermarkValve(branches.size());
         // The idleness clock: ms of processing time, shifted by a day because IdlenessTimer
         // reads a relative time of 0 as "no inactivity timer started".
         ManualClock clock = new ManualClock(Duration.ofDays(1).toNanos());
@@ -501,23 +596,36 @@ public final class FlinkSqlReplay {
         // of the interval at or after it (the DataStream harness's and the plugin's convention).
         long tick = Math.floorDiv(first + interval - 1, interval) * interval;
         long now = tick - interval;
-        sourceTime.setCurrentTime(now);
         clock.advanceTime(Duration.ofMillis(now));
-        ProgressiveTimestampsAndWatermarks<RowData> source = new ProgressiveTimestampsAndWatermarks<>(
-                (row, previous) -> previous, // Kafka's record timestamp; SQL windows read the row's column
-                pushed != null ? pushed : WatermarkStrategy.noWatermarks(), // no WATERMARK clause
-                new TimestampsAndWatermarks.TimestampsAndWatermarksContextProvider(new UnregisteredMetricsGroup()),
-                sourceTime,
-                Duration.ofMillis(interval),
-                clock,
-                clock,
-                UnregisteredMetricGroups.createUnregisteredTaskMetricGroup().getIOMetricGroup());
-        ReaderOutput<RowData> reader = source.createMainOutput(new SourceChannel(), NO_LISTENER);
-        Map<Long, SourceOutput<RowData>> splits = new LinkedHashMap<>();
-        for (long[] m : meta) { // every partition assigned at the start, before any record
-            splits.computeIfAbsent(m[0], p -> reader.createOutputForSplit("p" + p));
+        // A source per table, each ticking on its own processing-time service, in the order
+        // the UNION ALL reads the tables.
+        List<TestProcessingTimeService> sourceTimes = new ArrayList<>();
+        List<ProgressiveTimestampsAndWatermarks<RowData>> sources = new ArrayList<>();
+        Map<String, ReaderOutput<RowData>> readers = new HashMap<>();
+        for (String table : branches.keySet()) {
+            TestProcessingTimeService sourceTime = new TestProcessingTimeService();
+            sourceTime.setCurrentTime(now);
+            ProgressiveTimestampsAndWatermarks<RowData> source = new ProgressiveTimestampsAndWatermarks<>(
+                    (row, previous) -> previous, // Kafka's record timestamp; SQL windows read the row's column
+                    pushed.getOrDefault(table, WatermarkStrategy.noWatermarks()), // no WATERMARK clause
+                    new TimestampsAndWatermarks.TimestampsAndWatermarksContextProvider(new UnregisteredMetricsGroup()),
+                    sourceTime,
+                    Duration.ofMillis(interval),
+                    clock,
+                    clock,
+                    UnregisteredMetricGroups.createUnregisteredTaskMetricGroup().getIOMetricGroup());
+            readers.put(table, source.createMainOutput(new SourceChannel(table), NO_LISTENER));
+            sourceTimes.add(sourceTime);
+            sources.add(source);
         }
-        source.startPeriodicWatermarkEmits();
+        Map<String, SourceOutput<RowData>> splits = new LinkedHashMap<>();
+        for (int i = 0; i < meta.size(); i++) { // every partition assigned at the start, before any record
+            String table = tables.get(i);
+            splits.computeIfAbsent(table + " " + meta.get(i)[0], p -> readers.get(table).createOutputForSplit(p));
+        }
+        for (ProgressiveTimestampsAndWatermarks<RowData> source : sources) {
+            source.startPeriodicWatermarkEmits();
+        }
 
         long last = meta.get(meta.size() - 1)[2];
         // The archive's horizon: ticks up to the first one at or after the last record.
@@ -527,7 +635,9 @@ public final class FlinkSqlReplay {
             while (tick < pt) { // a record and a tick at the same ms: the record first
                 clock.advanceTime(Duration.ofMillis(tick - now));
                 now = tick;
-                sourceTime.setCurrentTime(tick);
+                for (TestProcessingTimeService sourceTime : sourceTimes) {
+                    sourceTime.setCurrentTime(tick);
+                }
                 drain("t", tick);
                 tick += interval;
             }
@@ -538,16 +648,23 @@ public final class FlinkSqlReplay {
             }
             long before = windowWatermark;
             long dropped = lateDropped();
-            splits.get(meta.get(i)[0]).collect(rows.get(i), pt);
+            splits.get(tables.get(i) + " " + meta.get(i)[0]).collect(rows.get(i), pt);
             out.println("rec " + i + " " + before + " " + (lateDropped() - dropped));
             drain("r" + i, pt);
         }
         while (tick <= horizon) {
             clock.advanceTime(Duration.ofMillis(tick - now));
             now = tick;
-            sourceTime.setCurrentTime(tick);
+            for (TestProcessingTimeService sourceTime : sourceTimes) {
+                sourceTime.setCurrentTime(tick);
+            }
             drain("t", tick);
             tick += interval;
+        }
+        for (List<OneInputStreamOperatorTestHarness<RowData, RowData>> branch : branches.values()) {
+            for (OneInputStreamOperatorTestHarness<RowData, RowData> s : branch) {
+                s.close();
+            }
         }
         for (OneInputStreamOperatorTestHarness<RowData, RowData> s : stages) {
             s.close();
