@@ -855,8 +855,12 @@ def test_a_union_of_two_tables_is_a_job_of_two_topics(spark):
             ),
             "the tables web and app with different 'scan.watermark.idle-timeout' is not supported",
         ),
+        (
+            "SET 'table.exec.source.idle-timeout' = '1 min';\n" + UNION,
+            "line 1, column 1: an idle timeout with the 2 tables of a UNION ALL is not supported",
+        ),
     ],
-    ids=["union-distinct", "types", "table-twice", "emission", "idleness"],
+    ids=["union-distinct", "types", "table-twice", "emission", "idleness", "idle-union"],
 )
 def test_union_refusals_name_the_construct_line_and_column(sql, message):
     archives = {"web": ArchivedTopic("web"), "app": ArchivedTopic("app")}

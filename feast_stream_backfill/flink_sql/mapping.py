@@ -63,6 +63,11 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   computed per record: the topic's ``transform`` computes its columns, and its ``WHERE``
   marks the records it keeps (:data:`VIEW_KEEPS`), which ``StreamJob.where`` reads. Time
   attributes pass through a view's projection, renamed or not; a computed one is refused.
+- A view's ``UNION ALL`` of Kafka tables (``StreamExecUnion``: one stream of both sources,
+  each with its own pushed-down watermark strategy, the operator after it taking the lower
+  watermark) is a job of several topics, each with its table's bound. One emission strategy
+  and no idleness across them are modelled (the valve's handling of an idle source is not):
+  the others are refused.
 """
 
 from __future__ import annotations
