@@ -3,14 +3,19 @@ the refusals, and SQL's watermark boundary (ts - B, where DataStream's is max(ts
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
+from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
+from feast.data_format import DeltaFormat, JsonFormat
+from feast.types import Float64, Int64, String
 from pyspark.sql import functions as F
 
 from feast_stream_backfill import backfill
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.errors import BadArchiveError, UnsupportedSqlError
+from feast_stream_backfill.feast_plugin import sql_tags, topics_tags
+from feast_stream_backfill.feast_plugin.sql_views import sql_job
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
@@ -867,3 +872,62 @@ def test_union_refusals_name_the_construct_line_and_column(sql, message):
     with pytest.raises(UnsupportedSqlError) as refused:
         job_from_sql(None, sql, archives)
     assert message in str(refused.value)
+
+
+def test_a_feast_view_of_a_union_takes_its_other_tables_archives_from_topics_tags(tmp_path):
+    """The view's KafkaSource is the script's first table, topics_tags gives the other's
+    archive; each source's timestamp_field and bound must be its table's."""
+    (tmp_path / "purchases.sql").write_text(UNION)
+
+    def kafka(topic: str, time: str, bound_s: int) -> KafkaSource:
+        return KafkaSource(
+            name=f"{topic}_source",
+            topic=topic,
+            kafka_bootstrap_servers="localhost:9092",
+            message_format=JsonFormat(schema_json="x string"),
+            timestamp_field=time,
+            batch_source=FileSource(
+                name=f"{topic}_archive",
+                path=f"data/{topic}",
+                file_format=DeltaFormat(),
+                timestamp_field=time,
+            ),
+            watermark_delay_threshold=timedelta(seconds=bound_s),
+        )
+
+    def view(*others: KafkaSource) -> StreamFeatureView:
+        return StreamFeatureView(
+            name="spend_5m",
+            source=kafka("web", "ts", 5),
+            entities=[Entity(name="user", join_keys=["user_id"], value_type=ValueType.STRING)],
+            schema=[
+                Field(name="user_id", dtype=String),
+                Field(name="spend_5m", dtype=Float64),
+                Field(name="purchases_5m", dtype=Int64),
+            ],
+            timestamp_field="ts",
+            tags={**sql_tags("purchases.sql"), **topics_tags(*others)},
+        )
+
+    job = sql_job(view(kafka("app", "created", 2)), tmp_path, None)
+    assert [(t.name, t.timestamp_col, job.out_of_orderness(t.name)) for t in job.topics] == [
+        ("web", "ts", 4_999),
+        ("app", "created", 1_999),
+    ]
+    with pytest.raises(ValueError, match="no archive given for the Kafka table 'app'"):
+        sql_job(view(), tmp_path, None)
+    with pytest.raises(ValueError, match="'app_source''s watermark_delay_threshold \\(3000 ms\\)"):
+        sql_job(view(kafka("app", "created", 3)), tmp_path, None)
+    with pytest.raises(ValueError, match="reads topic 'clicks', which its script's INSERT does"):
+        sql_job(view(kafka("app", "created", 2), kafka("clicks", "ts", 2)), tmp_path, None)
+
+
+def test_a_view_reformatted_maps_to_the_same_job():
+    """The view's projection is part of the job (and of its emission log's fingerprint) by
+    what it computes, not by where the script writes it."""
+    archives = {"transactions": ArchivedTopic("transactions")}
+    reformatted = VIEWED.replace("\nFROM transactions\nWHERE", "   FROM transactions WHERE")
+    assert reformatted != VIEWED
+    assert job_from_sql(None, reformatted, archives) == job_from_sql(None, VIEWED, archives)
+    doubled_thrice = VIEWED.replace("amount * 2 AS doubled", "amount * 3 AS doubled")
+    assert job_from_sql(None, doubled_thrice, archives) != job_from_sql(None, VIEWED, archives)

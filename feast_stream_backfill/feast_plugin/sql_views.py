@@ -21,7 +21,7 @@ from feast_stream_backfill.feast_plugin.conventions import (
     milliseconds,
     resolve_path,
 )
-from feast_stream_backfill.feast_plugin.topics import archived_topics, job_sources
+from feast_stream_backfill.feast_plugin.topics import archived_topics, job_sources, topic_name
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.job import StreamJob
 
@@ -42,9 +42,10 @@ DECLARED_BY_SQL = tuple(
         "session_gap" + MILLISECONDS,
     )
 )
-#: Tag families a script has no counterpart for (enrichment lookups, derived columns, more
-#: topics): a SQL view with them is refused rather than half mapped.
-NOT_IN_SQL = (PREFIX + "lookup.", PREFIX + "derived.", PREFIX + "topic.")
+#: Tag families a script has no counterpart for (enrichment lookups, derived columns): a SQL
+#: view with them is refused rather than half mapped. The archives of a script's other Kafka
+#: tables (read through a ``UNION ALL``) come with ``topics_tags``, as for any view.
+NOT_IN_SQL = (PREFIX + "lookup.", PREFIX + "derived.")
 
 
 def sql_tags(script: str | Path, insert: str | None = None) -> dict[str, str]:
@@ -80,12 +81,12 @@ def sql_job(
         raise ValueError(f"{where}: cannot read its Flink SQL script {path}: {exc}") from exc
     source = view.stream_source
     declared_bound = milliseconds(source.kafka_options.watermark_delay_threshold)
-    (topic,) = archived_topics(view, repo_path, declared_bound)
+    topics = archived_topics(view, repo_path, declared_bound)
     try:
-        job = job_from_sql(spark, script, {topic.name: topic}, view.tags.get(SQL_INSERT))
+        job = job_from_sql(spark, script, {t.name: t for t in topics}, view.tags.get(SQL_INSERT))
     except ValueError as exc:  # UnsupportedSqlError names the construct, line and column
         raise ValueError(f"{where}: Flink SQL script {path}: {exc}") from exc
-    _check_agreement(view, job, where, declared_bound)
+    _check_agreement(view, job, where)
     return job
 
 
@@ -95,8 +96,6 @@ def _refuse_restatements(view: StreamFeatureView, where: str) -> None:
             f"{where}: declares `aggregations` and a Flink SQL script; the script's are the "
             "job's: remove `aggregations`"
         )
-    if len(job_sources(view)) > 1:
-        raise ValueError(f"{where}: a Flink SQL view reads the one Kafka table of its script")
     tags = {**view.stream_source.tags, **view.tags}
     restated = sorted(k for k in tags if k in DECLARED_BY_SQL or k.startswith(NOT_IN_SQL))
     if restated:
@@ -106,9 +105,7 @@ def _refuse_restatements(view: StreamFeatureView, where: str) -> None:
         )
 
 
-def _check_agreement(
-    view: StreamFeatureView, job: StreamJob, where: str, declared_bound_ms: int
-) -> None:
+def _check_agreement(view: StreamFeatureView, job: StreamJob, where: str) -> None:
     """What both the view and the script declare is the same."""
     keys = sorted(c.name for c in view.entity_columns)
     if keys != sorted(job.keys):
@@ -123,16 +120,26 @@ def _check_agreement(
             f"{where}: its schema's features {features} are not the columns the script's "
             f"INSERT aggregates {produced}"
         )
-    sql_bound_ms = job.watermark.out_of_orderness_ms + 1  # SQL's B is the model's B + 1 ms
     watermarked = job.window.domain == "event"  # an unbounded GROUP BY reads no watermark
-    if watermarked and declared_bound_ms and declared_bound_ms != sql_bound_ms:
-        raise ValueError(
-            f"{where}: its KafkaSource's watermark_delay_threshold ({declared_bound_ms} ms) "
-            f"is not the script's WATERMARK bound ({sql_bound_ms} ms)"
-        )
-    time_column = job.topics[0].timestamp_col
-    if view.stream_source.timestamp_field != time_column:
-        raise ValueError(
-            f"{where}: its KafkaSource's timestamp_field {view.stream_source.timestamp_field!r} "
-            f"is not the script's {'watermark' if watermarked else 'time'} column {time_column!r}"
-        )
+    read = {t.name: t for t in job.topics}
+    for source in job_sources(view):
+        topic = read.get(topic_name(source))
+        if topic is None:
+            raise ValueError(
+                f"{where}: its KafkaSource {source.name!r} reads topic {topic_name(source)!r}, "
+                f"which its script's INSERT does not read (it reads {sorted(read)})"
+            )
+        declared_bound_ms = milliseconds(source.kafka_options.watermark_delay_threshold)
+        sql_bound_ms = job.out_of_orderness(topic.name) + 1  # SQL's B is the model's B + 1 ms
+        if watermarked and declared_bound_ms and declared_bound_ms != sql_bound_ms:
+            raise ValueError(
+                f"{where}: its KafkaSource {source.name!r}'s watermark_delay_threshold "
+                f"({declared_bound_ms} ms) is not the script's WATERMARK bound ({sql_bound_ms} "
+                "ms)"
+            )
+        if source.timestamp_field != topic.timestamp_col:
+            raise ValueError(
+                f"{where}: its KafkaSource {source.name!r}'s timestamp_field "
+                f"{source.timestamp_field!r} is not the script's "
+                f"{'watermark' if watermarked else 'time'} column {topic.timestamp_col!r}"
+            )

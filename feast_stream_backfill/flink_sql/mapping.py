@@ -402,7 +402,14 @@ def _projected(topic: ArchivedTopic, path: _Path) -> ArchivedTopic:
             keeps = F.col(VIEW_KEEPS)
         return records
 
-    code = "; ".join([*([earlier.code] if earlier else []), *(repr(b) for _, b in path.steps)])
+    # What the projections compute, not where the script writes them: the emission log's
+    # fingerprint holds it, and a script reformatted computes the same.
+    steps = [
+        f"SELECT {', '.join(f'{c.expression} AS `{c.name}`' for c in b.columns)} FROM {b.source}"
+        + (f" WHERE {b.where}" if b.where else "")
+        for _, b in path.steps
+    ]
+    code = "; ".join([*([earlier.code] if earlier else []), *steps])
     return replace(topic, transform=RecordTransform(code, project))
 
 
