@@ -186,6 +186,11 @@ def test_the_cli_backfills_the_script_and_the_view_alike(repo, spark, tmp_path):
     # The explain commands take the script's job as any view's: tumbling, no lateness.
     result = runner.invoke(cli, ["--chdir", str(repo), "plan", "spend_sql"])
     assert result.stdout.startswith("strategy: aligned-unsorted\n"), result.output
+    # The advisor at the script's bound: SQL's 5 s is the model's 4.999 s.
+    result = runner.invoke(cli, ["--chdir", str(repo), "advise", "spend_sql"])
+    assert result.exit_code == 0, result.output
+    row = result.stdout.splitlines()[-1].split()
+    assert row[:6] == ["4.999", "0.000", "-", "0", "2", "4"], result.stdout
     result = runner.invoke(cli, ["--chdir", str(repo), "backfill", "spend_sql"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("4 emissions written to ")
