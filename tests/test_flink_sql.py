@@ -17,6 +17,7 @@ from feast_stream_backfill.errors import BadArchiveError, UnsupportedSqlError
 from feast_stream_backfill.feast_plugin import sql_tags, topics_tags
 from feast_stream_backfill.feast_plugin.sql_views import sql_job
 from feast_stream_backfill.flink_sql import job_from_sql
+from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
@@ -372,9 +373,9 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         ),
         (
             UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""),
-            "line 4, column 13: an unbounded GROUP BY without 'table.exec.state.ttl' is not "
-            "supported: without a state TTL Flink's GroupAggFunction skips an update equal to "
-            "the key's previous result",
+            "line 4, column 13: an unbounded GROUP BY without 'table.exec.state.ttl' or "
+            "COUNT(*) is not supported: without a state TTL Flink's GroupAggFunction skips an "
+            "update equal to the key's previous result",
         ),
         (
             UNBOUNDED.replace("GROUP BY user_id", "GROUP BY user_id, window_start"),
@@ -516,6 +517,33 @@ def test_an_unbounded_aggregation_updates_every_record_until_its_state_expires(s
         for r in log
         if r["user_id"] == "u1"
     ][-1] == ("10:14", "10:35")
+
+
+def test_an_unbounded_aggregation_without_a_ttl_counting_records_writes_every_update(spark):
+    """Without a TTL the state never expires and Flink skips an update equal to the previous
+    result, but a COUNT(*) makes every update differ: each record's is written, u1's 10:14
+    record joining the 10:00 state (a 10-minute TTL would have expired it)."""
+    rows = [
+        (0, 0, "2026-01-01 10:00:00", "u1", 1.0),
+        (0, 1, "2026-01-01 10:04:00", "u1", 2.0),
+        (0, 2, "2026-01-01 10:05:00", "u2", 4.0),
+        (0, 3, "2026-01-01 10:14:00", "u1", 8.0),
+        (0, 4, "2026-01-01 10:25:00", "u1", 0.0),  # the sum unchanged, the count not
+    ]
+    forever = UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", "").replace(
+        "MAX(amount) AS largest", "COUNT(*) AS largest"
+    )
+    job = job_from_sql(spark, forever, {"transactions": archive(spark, rows)})
+    assert job.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
+    log = backfill(spark, job).emissions.orderBy("emit_time").collect()
+    assert [(r["user_id"], r["spend"], r["largest"]) for r in log] == [
+        ("u1", 1.0, 1),
+        ("u1", 3.0, 2),
+        ("u2", 4.0, 1),
+        ("u1", 11.0, 3),
+        ("u1", 11.0, 4),
+    ]
+    assert {r["window_start"].strftime("%H:%M") for r in log if r["user_id"] == "u1"} == {"10:00"}
 
 
 def test_a_where_filters_records_that_still_move_the_watermark(spark):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -39,6 +40,7 @@ from tests.conformance.sql.jobs import (
     OVER_RANGE_UNBOUNDED,
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
+    UNBOUNDED_FOREVER,
     UNBOUNDED_TTL,
     UNION_EXAMPLE,
     VIEWED_EXAMPLE,
@@ -71,11 +73,19 @@ AVG_OF_BIGINT = SqlJob(
     idle=False,
 )
 
+#: The GROUP BY without a TTL of SUM and MAX: Flink skips an update equal to the previous one.
+UNCHANGED_SKIPPED = replace(
+    UNBOUNDED_FOREVER,
+    name="group_by_without_ttl_unchanged",
+    script=UNBOUNDED_FOREVER.script.replace("COUNT(*) AS a1", "MAX(amount) AS a1"),
+    functions=("SUM", "MAX"),
+)
+
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[SqlJob, SqlRun]]:
     """Every job of this file run on Flink SQL, in one JVM."""
-    jobs = [*hand_written(), *RANDOM, AVG_OF_BIGINT]
+    jobs = [*hand_written(), *RANDOM, AVG_OF_BIGINT, UNCHANGED_SKIPPED]
     return {j.name: (j, r) for j, r in zip(jobs, run_flink(build(), jobs), strict=True)}
 
 
@@ -182,6 +192,39 @@ def test_flink_sql_updates_the_hand_computed_group_by_until_its_state_expires(ru
     ]
     assert dropped == {}
     assert odd == []
+
+
+def test_flink_sql_updates_the_hand_computed_group_by_without_a_ttl_forever(runs):
+    # No TTL: a's pt 14 joins the state of pt 0 and 4; each update counts one more record, so
+    # none equals the one before and every one is written. Rows: SUM, COUNT(*).
+    job, run = runs[UNBOUNDED_FOREVER.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions, key=lambda e: (e[0], e[3], e[4])) == [
+        ("a", None, None, 0, 0, "per_record", 1.0, 1.0),
+        ("a", None, None, 4, 0, "per_record", 3.0, 2.0),
+        ("a", None, None, 14, 0, "per_record", 11.0, 3.0),
+        ("a", None, None, 23, 0, "per_record", 11.0, 4.0),
+        ("b", None, None, 2, 0, "per_record", 4.0, 1.0),
+        ("b", None, None, 11, 0, "per_record", 20.0, 2.0),
+        ("b", None, None, 11, 1, "per_record", 20.0, 3.0),
+    ]
+    assert (dropped, odd) == ({}, [])
+
+
+def test_flink_sql_skips_an_unchanged_update_without_a_ttl_and_the_mapping_refuses_it(spark, runs):
+    # SUM and MAX without a TTL: a's et 23 (amount 0) and b's et 3 change nothing, and Flink
+    # writes neither; the model writes every update, so the mapping refuses the script.
+    job, run = runs[UNCHANGED_SKIPPED.name]
+    emissions, _, _ = flink_log(run, job)
+    assert sorted((e[0], e[3], *e[6:]) for e in emissions) == [
+        ("a", 0, 1.0, 1.0),
+        ("a", 4, 3.0, 2.0),
+        ("a", 14, 11.0, 8.0),
+        ("b", 2, 4.0, 4.0),
+        ("b", 11, 20.0, 16.0),
+    ]
+    with pytest.raises(UnsupportedSqlError, match="without 'table.exec.state.ttl' or COUNT"):
+        job_from_sql(spark, job.script, {TABLE: archive(spark, job)})
 
 
 def test_flink_sql_writes_the_hand_computed_over_rows(runs):

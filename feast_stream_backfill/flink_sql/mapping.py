@@ -37,7 +37,9 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   processing-time session of gap TTL fired by every record: :class:`SessionWindows` in the
   processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
   ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
-  an update equal to the previous result; not modelled: refused.
+  an update equal to the previous result (``GroupAggHelper``), not modelled: refused, unless
+  a ``COUNT(*)`` makes every update differ; then the session never ends
+  (:data:`NEVER_EXPIRES`).
 - An ``OVER`` aggregation ordered by the rowtime (``StreamExecOverAggregate`` picks its
   function by frame) keeps each row until the watermark reaches its time (an event-time timer
   at it), then writes it with the aggregate of its frame among its key's rows. With a ``RANGE``
@@ -114,6 +116,10 @@ SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
 SCAN_IDLE_TIMEOUT = "scan.watermark.idle-timeout"
 EMIT_STRATEGY = "scan.watermark.emit.strategy"
 STATE_TTL = "table.exec.state.ttl"
+#: The session gap of an unbounded GROUP BY's state that never expires (no TTL): a century of
+#: processing time, beyond any archive's span (its sessions end, in the emission log, a century
+#: after their last update).
+NEVER_EXPIRES = 100 * 365 * 86_400_000
 #: Flink's ``PipelineOptions.AUTO_WATERMARK_INTERVAL`` default.
 DEFAULT_INTERVAL_MS = 200
 #: Options that shape the watermark or what is read, beyond those mapped: refused.
@@ -224,18 +230,35 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
 
 
 def _state_ttl(settings: _Settings, insert: AggregatingInsert) -> int:
-    """An unbounded aggregation's state TTL, which must be set (> 0)."""
+    """An unbounded aggregation's state TTL, the gap of its processing-time session; without
+    one (not set, or 0: Flink's default, state kept forever), :data:`NEVER_EXPIRES`, where a
+    ``COUNT(*)`` changes the result with every record. Without a TTL, Flink's
+    ``GroupAggHelper`` skips an update equal to the key's previous result, which the model does
+    not state; an update that counts the key's records is never equal to the one before, so
+    then every update is written, as with a TTL that never ends."""
     ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
-    if ttl <= 0:
-        where = settings.state_ttl.at if settings.state_ttl is not None else insert.at
-        raise UnsupportedSqlError(
-            f"an unbounded GROUP BY without {STATE_TTL!r}",
-            where.line,
-            where.column,
-            "without a state TTL Flink's GroupAggFunction skips an update equal to the key's "
-            "previous result, which is not modelled: set the TTL the job runs with",
-        )
-    return ttl
+    if ttl > 0:
+        return ttl
+    if any(_counts_records(a, insert) for a in insert.aggregates):
+        return NEVER_EXPIRES
+    where = settings.state_ttl.at if settings.state_ttl is not None else insert.at
+    raise UnsupportedSqlError(
+        f"an unbounded GROUP BY without {STATE_TTL!r} or COUNT(*)",
+        where.line,
+        where.column,
+        "without a state TTL Flink's GroupAggFunction skips an update equal to the key's "
+        "previous result, which is not modelled; with a COUNT(*) among the aggregates no update "
+        "is: set the TTL the job runs with, or add a COUNT(*)",
+    )
+
+
+def _counts_records(aggregate: Aggregate, insert: AggregatingInsert) -> bool:
+    """``COUNT(*)``, or ``COUNT`` of a key column (never null): one more with every record."""
+    return (
+        aggregate.function == "count"
+        and aggregate.expression is None
+        and (aggregate.column is None or aggregate.column in insert.keys)
+    )
 
 
 def _insert(read: Script, target: str | None) -> AggregatingInsert:

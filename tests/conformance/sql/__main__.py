@@ -68,6 +68,11 @@ def constructs(job: SqlJob) -> list[str]:
         *(["OVER without a frame (RANGE UNBOUNDED)"] if over.startswith(")") else []),
         *(["OVER w, a WINDOW clause"] if "\nWINDOW w AS" in job.script else []),
         *(f"{function} of {job.value_type}" for function in sorted(set(job.functions))),
+        *(
+            ["GROUP BY without a state TTL"]
+            if job.unbounded and "state.ttl" not in job.script
+            else []
+        ),
         *(["a view"] if view and not union else []),
         *(["a UNION ALL of two tables"] if union else []),
         *(["a UNION ALL, its second table's own bound"] if union and _own_bound(job) else []),

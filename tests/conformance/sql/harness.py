@@ -77,7 +77,8 @@ class SqlJob:
     idle: bool  # an idle timeout is set
     cumulate: bool = False  # CUMULATE by steps of ``slide``, not HOP
     session: bool = False  # SESSION with a gap of ``size``, partitioned by the keys
-    ttl: int = 0  # > 0: an unbounded GROUP BY with this state TTL (ms), no window
+    #: > 0: an unbounded GROUP BY with this state TTL (ms), no window; NEVER_EXPIRES: without one
+    ttl: int = 0
     #: Not None: an OVER aggregation ordered by ``ts``, RANGE of this many ms PRECEDING, the
     #: keys its PARTITION BY (the script selects ``keys, ts, aggregates``)
     over: int | None = None

@@ -26,6 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
+from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from tests.conformance.scenarios import BASE
 from tests.conformance.sql.harness import SECOND_COLUMNS, SECOND_TABLE, TABLE, SqlJob
 from tests.reference_simulator import Record
@@ -309,6 +310,13 @@ def _with_union(job: SqlJob, rng: random.Random) -> SqlJob:
     )
 
 
+def _without_ttl(job: SqlJob) -> SqlJob:
+    """An unbounded ``GROUP BY`` with ``COUNT(*)`` (every update differs from the one before)
+    without ``table.exec.state.ttl``: its state never expires."""
+    script = re.sub(r"SET 'table\.exec\.state\.ttl' = '[^']*';\n", "", job.script)
+    return replace(job, script=script, ttl=NEVER_EXPIRES)
+
+
 def _archive(
     rng: random.Random, partitions: int, unit: int, base: int, keys: int, shuffle: bool, idle: bool
 ) -> list[Record]:
@@ -438,6 +446,8 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             job = _with_view(job, views)
         elif chance < 0.9:
             job = _with_union(job, views)
+        if job.unbounded and "COUNT(*)" in job.functions and views.random() < 0.5:
+            job = _without_ttl(job)
         jobs.append(job)
     return jobs
 
@@ -554,6 +564,20 @@ UNBOUNDED_TTL = SqlJob(
     emission="periodic",
     idle=False,
     ttl=10,
+)
+
+
+#: The same archive without a TTL, counting records: the state never expires (a's et 14
+#: joins), and every update, counted, differs from the one before.
+UNBOUNDED_FOREVER = _without_ttl(
+    replace(
+        UNBOUNDED_TTL,
+        name="group_by_without_ttl",
+        script=script(
+            ("user_id",), "DOUBLE", 0, 0, 1, ["SUM", "COUNT(*)"], ttl=10, watermark=False
+        ),
+        functions=("SUM", "COUNT(*)"),
+    )
 )
 
 
@@ -692,6 +716,7 @@ def hand_written() -> list[SqlJob]:
         HOP_ON_EVENT,
         CUMULATE_ON_EVENT,
         UNBOUNDED_TTL,
+        UNBOUNDED_FOREVER,
         OVER_RANGE,
         OVER_ROWS,
         OVER_RANGE_UNBOUNDED,
