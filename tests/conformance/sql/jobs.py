@@ -659,7 +659,8 @@ GROUP BY {CUSTOMER}, window_start, window_end;
 #: Two tables through a UNION ALL: events (B = 5 s) and events_b (B = 2 s, its amounts doubled
 #: and those of 1 or less left out), each one partition, 5-minute TUMBLE, periodic every 200
 #: ms. Seconds after BASE: events u1 10, u1 170, u2 310; events_b u1 60 (3), u1 180 (1), u2 360.
-UNION_EXAMPLE = SqlJob(
+UNION_EXAMPLE = replace(
+    EXAMPLE,
     name="tumble_of_a_union",
     script=f"""CREATE TABLE {TABLE} (
   user_id STRING, amount DOUBLE, ts TIMESTAMP(3),
@@ -696,12 +697,6 @@ GROUP BY user_id, window_start, window_end;
             )
         ),
     ],
-    keys=("user_id",),
-    value_type="DOUBLE",
-    size=300_000,
-    slide=0,
-    functions=("SUM", "COUNT(*)"),
-    emission="periodic",
     idle=False,
     view_where=lambda r: r.topic != SECOND_TABLE or r.value > 1,
     view_value=lambda r: r.value * 2 if r.topic == SECOND_TABLE else r.value,
