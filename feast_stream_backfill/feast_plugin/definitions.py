@@ -11,10 +11,8 @@ apply`` and the registry: no side files.
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,14 +23,14 @@ from pyspark.sql import SparkSession
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.backfill import StreamJob
-from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, Lookup, ScdTable
+from feast_stream_backfill.enrichment import Lookup
 from feast_stream_backfill.feast_plugin.conventions import (
     MILLISECONDS,
     PREFIX,
     milliseconds,
-    resolve_path,
 )
 from feast_stream_backfill.feast_plugin.sql_views import is_sql_view, sql_feature_names, sql_job
+from feast_stream_backfill.feast_plugin.state_tags import grouped, source_from, source_tags, split
 from feast_stream_backfill.feast_plugin.topics import archived_topics
 from feast_stream_backfill.feast_plugin.transformations import unsupported_udf, view_udf
 from feast_stream_backfill.processing_time import ProcessingTimeModel
@@ -98,34 +96,6 @@ def archive_tags(
 
 
 LOOKUP, DERIVED = PREFIX + "lookup.", PREFIX + "derived."
-_SOURCE_KINDS = {"scd": ScdTable, "cdc": CdcLog, "delta": DeltaHistory}
-_LISTS, _INTS, _BOOLS = {"keys", "delete_ops"}, {"snapshot_time_ms"}, {"change_data_feed"}
-
-
-def _encode(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list | tuple):
-        return ",".join(value)
-    return str(value)
-
-
-def _split(text: str) -> tuple[str, ...]:
-    return tuple(text.split(",")) if text else ()
-
-
-def _decode(name: str, text: str) -> object:
-    if name in _LISTS:
-        return _split(text)
-    if text == "":
-        return None
-    if name in _INTS:
-        return int(text)
-    if name in _BOOLS:
-        return text == "true"
-    return text
 
 
 def lookup_tags(*lookups: Lookup) -> dict[str, str]:
@@ -135,23 +105,13 @@ def lookup_tags(*lookups: Lookup) -> dict[str, str]:
     tags: dict[str, str] = {}
     for position, lookup in enumerate(lookups):
         source = lookup.source
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", source.name):
-            raise ValueError(f"{source.where}: a declared state table's name is [A-Za-z0-9_-]+")
-        if source.delta_paths() is None:
-            raise ValueError(
-                f"{source.where}: a Feast declaration needs Delta paths, not DataFrames"
-            )
         base = f"{LOOKUP}{source.name}."
         if base + "position" in tags:
             raise ValueError(f"{source.where}: two lookups of one state table need two names")
-        kind = next(k for k, cls in _SOURCE_KINDS.items() if isinstance(source, cls))
         tags[base + "position"] = str(position)
-        tags[base + "table"] = kind
-        for f in fields(source):
-            if f.compare and f.name != "name":  # DataFrame fields do not compare
-                tags[base + "table." + f.name] = _encode(getattr(source, f.name))
+        tags.update(source_tags(base, source))
         tags[base + "on"] = ",".join(f"{r}={s}" for r, s in lookup.on.items())
-        tags[base + "attributes"] = _encode(lookup.attributes)
+        tags[base + "attributes"] = ",".join(lookup.attributes)
         tags[base + "time"] = lookup.time
         tags[base + "delay_ms"] = str(lookup.delay_ms)
         tags[base + "how"] = lookup.how
@@ -166,36 +126,15 @@ def derived_tags(derived: Mapping[str, str]) -> dict[str, str]:
 
 
 def _lookups(tags: Mapping[str, str], repo_path: Path | str | None) -> list[Lookup]:
-    declared: dict[str, dict[str, str]] = defaultdict(dict)
-    for key, value in tags.items():
-        if key.startswith(LOOKUP):
-            name, _, field = key[len(LOOKUP) :].partition(".")
-            declared[name][field] = value
+    declared = grouped(tags, LOOKUP)
     lookups = []
     for name, options in sorted(declared.items(), key=lambda kv: int(kv[1].get("position", 0))):
-        where = f"lookup tags {LOOKUP}{name}.*"
-        kind = options.get("table")
-        if kind not in _SOURCE_KINDS:
-            raise ValueError(f"{where}: table must be one of {list(_SOURCE_KINDS)}, got {kind!r}")
-        table = {
-            f[len("table.") :]: _decode(f[len("table.") :], v)
-            for f, v in options.items()
-            if f.startswith("table.")
-        }
-        source = _SOURCE_KINDS[kind](name=name, **table)
-        source = replace(
-            source,
-            **{
-                f: resolve_path(getattr(source, f), repo_path)
-                for f in ("path", "snapshot_path")
-                if getattr(source, f, None)
-            },
-        )
+        source = source_from(name, options, repo_path, f"lookup tags {LOOKUP}{name}.*")
         pairs = [p.split("=", 1) for p in options.get("on", "").split(",") if p]
         lookups.append(
             Lookup(
                 source,
-                _split(options.get("attributes", "")),
+                split(options.get("attributes", "")),
                 on=dict(pairs) or None,
                 time=options.get("time", "processing"),  # type: ignore[arg-type]
                 delay_ms=int(options.get("delay_ms", "0")),

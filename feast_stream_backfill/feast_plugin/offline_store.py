@@ -56,7 +56,8 @@ from pyspark.sql.types import TimestampNTZType
 
 from feast_stream_backfill.calibration import load_calibration
 from feast_stream_backfill.emission_store import calibration_path
-from feast_stream_backfill.feast_plugin.definitions import check_supported, resolve_path
+from feast_stream_backfill.feast_plugin.conventions import resolve_path
+from feast_stream_backfill.feast_plugin.definitions import check_supported
 from feast_stream_backfill.feast_plugin.entity_rows import (
     ENTITY_ROW,
     date_range_spine,

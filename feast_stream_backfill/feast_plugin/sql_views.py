@@ -10,23 +10,28 @@ job is one that drifts from the script in production.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from feast import StreamFeatureView
 from pyspark.sql import SparkSession
 
+from feast_stream_backfill.enrichment import StateSource
 from feast_stream_backfill.feast_plugin.conventions import (
     MILLISECONDS,
     PREFIX,
     milliseconds,
     resolve_path,
 )
+from feast_stream_backfill.feast_plugin.state_tags import grouped, source_from, source_tags
 from feast_stream_backfill.feast_plugin.topics import archived_topics, job_sources, topic_name
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.job import StreamJob
 
 SQL = PREFIX + "sql"
 SQL_INSERT = PREFIX + "sql_insert"
+#: A lookup table's history: ``stream_backfill.sql_state.<table name>.*``.
+SQL_STATE = PREFIX + "sql_state."
 #: The options a script declares itself (its window, trigger and watermark): as tags on a
 #: SQL view they would restate it.
 DECLARED_BY_SQL = tuple(
@@ -42,17 +47,25 @@ DECLARED_BY_SQL = tuple(
         "session_gap" + MILLISECONDS,
     )
 )
-#: Tag families a script has no counterpart for (enrichment lookups, derived columns): a SQL
+#: Tag families a script declares otherwise (enrichment lookups, derived columns: its lookup
+#: joins and views do, ``sql_tags(states=...)`` says where their tables' history is): a SQL
 #: view with them is refused rather than half mapped. The archives of a script's other Kafka
 #: tables (read through a ``UNION ALL``) come with ``topics_tags``, as for any view.
 NOT_IN_SQL = (PREFIX + "lookup.", PREFIX + "derived.")
 
 
-def sql_tags(script: str | Path, insert: str | None = None) -> dict[str, str]:
+def sql_tags(
+    script: str | Path, insert: str | None = None, states: Iterable[StateSource] = ()
+) -> dict[str, str]:
     """Tags for a ``StreamFeatureView`` whose job is the Flink SQL script at ``script``
     (relative to the feature repo, like Feast's source paths); ``insert`` names the target
-    table of the ``INSERT`` to reproduce where the script has several."""
-    return {SQL: str(script), **({SQL_INSERT: insert} if insert else {})}
+    table of the ``INSERT`` to reproduce where the script has several; ``states``: the
+    history of each table the script's lookup joins read, each named as the script names
+    the table (Delta paths, relative to the feature repo or not)."""
+    tags = {SQL: str(script), **({SQL_INSERT: insert} if insert else {})}
+    for source in states:
+        tags.update(source_tags(f"{SQL_STATE}{source.name}.", source))
+    return tags
 
 
 def is_sql_view(view: object) -> bool:
@@ -82,8 +95,14 @@ def sql_job(
     source = view.stream_source
     declared_bound = milliseconds(source.kafka_options.watermark_delay_threshold)
     topics = archived_topics(view, repo_path, declared_bound)
+    states = {
+        name: source_from(name, options, repo_path, f"{where}: tags {SQL_STATE}{name}.*")
+        for name, options in grouped(view.tags, SQL_STATE).items()
+    }
     try:
-        job = job_from_sql(spark, script, {t.name: t for t in topics}, view.tags.get(SQL_INSERT))
+        job = job_from_sql(
+            spark, script, {t.name: t for t in topics}, view.tags.get(SQL_INSERT), states
+        )
     except ValueError as exc:  # UnsupportedSqlError names the construct, line and column
         raise ValueError(f"{where}: Flink SQL script {path}: {exc}") from exc
     _check_agreement(view, job, where)

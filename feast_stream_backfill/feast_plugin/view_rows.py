@@ -20,7 +20,8 @@ from pyspark.sql.types import TimestampType
 
 from feast_stream_backfill.emission_store import ensure_emission_log
 from feast_stream_backfill.errors import BadArchiveError
-from feast_stream_backfill.feast_plugin.definitions import is_windowed, resolve_path, stream_job
+from feast_stream_backfill.feast_plugin.conventions import resolve_path
+from feast_stream_backfill.feast_plugin.definitions import is_windowed, stream_job
 from feast_stream_backfill.feast_plugin.transformations import record_transform
 from feast_stream_backfill.files import read_parquet
 from feast_stream_backfill.jars import JarsUnavailableError

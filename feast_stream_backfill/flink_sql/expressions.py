@@ -15,13 +15,19 @@ no Flink dialect). Where the two differ, the translation says so:
 - ``/`` is refused: Flink divides integers as integers, Spark as doubles.
 
 Column names are backquoted and string literals re-escaped for Spark; numbers, ``TRUE``,
-``FALSE`` and ``NULL`` are written as Flink's parser read them.
+``FALSE`` and ``NULL`` are written as Flink's parser read them. Over a join, a column is named
+as the record the backfill computes names it (``tables``: each alias's columns); a column a view
+computes from a lookup table is written as its expression (``values``), since the lookup's
+columns exist only after enrichment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from py4j.java_gateway import get_field
 
 from feast_stream_backfill.errors import UnsupportedSqlError
 
@@ -39,29 +45,51 @@ ARITHMETIC = {"PLUS": "+", "MINUS": "-", "TIMES": "*"}
 FLOATING = ("DOUBLE", "FLOAT", "REAL")
 
 
-def spark_predicate(node: Any, types: Mapping[str, str]) -> str:
-    """``node`` (a parsed Flink SQL boolean expression over columns of SQL ``types``) as a
-    Spark SQL predicate true for exactly the records Flink keeps."""
-    return _Translation(types).render(node)
+@dataclass(frozen=True)
+class Names:
+    """What an expression's column names stand for, beyond ``types`` (each column's SQL type,
+    by the name the backfill's records give it). ``tables``: over a join, each table alias's
+    columns by that name (an unqualified column is the one alias's that has it); ``values``:
+    columns written as the Spark SQL of their value; ``unreadable``: columns refused here,
+    with why."""
+
+    types: Mapping[str, str]
+    tables: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    values: Mapping[str, str] = field(default_factory=dict)
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
-def spark_value(node: Any, types: Mapping[str, str]) -> tuple[str, str]:
+def identifier_parts(node: Any) -> list[str]:
+    """An identifier's names: ``["t", "c"]`` for ``t.c``."""
+    return [str(n) for n in get_field(node, "names")]
+
+
+def spark_predicate(node: Any, names: Mapping[str, str] | Names) -> str:
+    """``node`` (a parsed Flink SQL boolean expression over columns of SQL types ``names``) as
+    a Spark SQL predicate true for exactly the records Flink keeps."""
+    return _Translation(names).render(node)
+
+
+def spark_value(node: Any, names: Mapping[str, str] | Names) -> tuple[str, str]:
     """``node`` (a parsed Flink SQL value expression) as Spark SQL, and its SQL type as Flink
     derives it: ``DOUBLE``, ``FLOAT``, ``BIGINT``, ``INT``, ``DECIMAL``, ``BOOLEAN``,
     ``STRING`` or ``NULL``."""
-    translation = _Translation(types)
+    translation = _Translation(names)
     return translation.render(node), translation.type_of(node)
 
 
 class _Translation:
-    def __init__(self, types: Mapping[str, str]) -> None:
-        self.types = dict(types)
+    def __init__(self, names: Mapping[str, str] | Names) -> None:
+        self.names = names if isinstance(names, Names) else Names(dict(names))
+        self.types = dict(self.names.types)
 
     def render(self, node: Any) -> str:
         kind = str(node.getKind().toString())
         operands = list(node.getOperandList()) if kind not in ("IDENTIFIER", "LITERAL") else []
         if kind == "IDENTIFIER":
-            return f"`{self._column(node)}`"
+            column = self._column(node)
+            value = self.names.values.get(column)
+            return f"({value})" if value is not None else f"`{column}`"
         if kind == "LITERAL":
             return self._literal(node)
         if kind in COMPARISONS:
@@ -90,11 +118,29 @@ class _Translation:
         raise _refused(node, f"the expression {node.toString()}", _WHY.get(kind, ""))
 
     def _column(self, node: Any) -> str:
+        """The name of the column ``node`` reads, as the backfill's records name it."""
+        tables = self.names.tables
         if not node.isSimple():
-            raise _refused(node, f"the qualified name {node.toString()}")
-        name = str(node.getSimple())
-        if name not in self.types:
-            raise _refused(node, f"the column {name}", "not a column of the table")
+            parts = identifier_parts(node)
+            if len(parts) != 2 or parts[0] not in tables:
+                raise _refused(node, f"the qualified name {node.toString()}")
+            alias, column = parts
+            if column not in tables[alias]:
+                raise _refused(node, f"the column {node.toString()}", f"not a column of {alias}")
+            name = tables[alias][column]
+        elif tables:
+            column = str(node.getSimple())
+            found = [t[column] for t in tables.values() if column in t]
+            if len(found) != 1:
+                why = "a column of both tables" if found else "not a column of the joined tables"
+                raise _refused(node, f"the column {column}", why)
+            name = found[0]
+        else:
+            name = str(node.getSimple())
+            if name not in self.types:
+                raise _refused(node, f"the column {name}", "not a column of the table")
+        if name in self.names.unreadable:
+            raise _refused(node, f"the column {node.toString()}", self.names.unreadable[name])
         return name
 
     def _literal(self, node: Any) -> str:

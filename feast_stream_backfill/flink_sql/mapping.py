@@ -74,15 +74,17 @@ What Flink's source says, and so what is mapped (Flink 2.3):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
+from pyspark.sql import Column as PySparkColumn
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, FloatType
 
 from feast_stream_backfill.aggregations import Aggregation
 from feast_stream_backfill.columns import EVENT_TIME, OFFSET, PARTITION, VIEW_KEEPS
-from feast_stream_backfill.enrichment import expression_columns
+from feast_stream_backfill.enrichment import Lookup, StateSource, expression_columns
 from feast_stream_backfill.errors import BadArchiveError, UnsupportedSqlError
 from feast_stream_backfill.flink_sql.expressions import FLOATING
 from feast_stream_backfill.flink_sql.reader import (
@@ -91,12 +93,14 @@ from feast_stream_backfill.flink_sql.reader import (
     Aggregate,
     AggregatingInsert,
     Column,
+    LookupJoin,
     Projection,
     Script,
     SetOption,
     Table,
     TableOption,
     View,
+    lookup_column,
     read_script,
 )
 from feast_stream_backfill.job import StreamJob
@@ -124,6 +128,16 @@ NEVER_EXPIRES = 100 * 365 * 86_400_000
 DEFAULT_INTERVAL_MS = 200
 #: Options that shape the watermark or what is read, beyond those mapped: refused.
 REFUSED_TABLE_OPTIONS = ("topic-pattern", "scan.watermark.")
+#: A lookup table's options that change which version a lookup reads: a cache answers with a
+#: row read earlier (Flink's ``lookup.cache``, ``lookup.partial-cache.*``,
+#: ``lookup.full-cache.*``, the JDBC connector's ``lookup.cache.*``); ``lookup.async``
+#: answers when the database does. Refused.
+REFUSED_LOOKUP_OPTIONS = (
+    "lookup.cache",
+    "lookup.partial-cache.",
+    "lookup.full-cache.",
+    "lookup.async",
+)
 #: Flink's ``TimeUtils`` duration units, in milliseconds.
 _UNITS = {
     **dict.fromkeys(("", "ms", "milli", "millis", "millisecond", "milliseconds"), 1),
@@ -139,11 +153,15 @@ def job_from_sql(
     script: str,
     archives: Mapping[str, ArchivedTopic | str],
     insert: str | None = None,
+    states: Mapping[str, StateSource] | None = None,
 ) -> StreamJob:
     """The job ``script`` runs, over ``archives``: per Kafka table name (or per topic), an
     :class:`ArchivedTopic` or the path of a Delta table of the topic's records.
 
     ``insert`` names the target table of the ``INSERT`` to map when the script has several.
+    ``states``: per lookup table a view joins (by name), where its history is
+    (:class:`~feast_stream_backfill.enrichment.ScdTable`, ``CdcLog``, ``DeltaHistory``): the
+    lookup reads the version valid when the job processes the record.
     Raises :class:`UnsupportedSqlError` naming construct, line and column for anything not
     mapped exactly. With periodic watermarks, ``spark`` reads the archive to check that each
     partition's event times never decrease (where they do, SQL's periodic watermark is not
@@ -156,6 +174,7 @@ def job_from_sql(
     paths = _sources(read, chosen)
     types = _relation(read, chosen.source).types
     topics = [_projected(_topic(path.table, archives), path) for path in paths]
+    lookups = _lookups(read, paths, chosen, states or {})
     _check_types(chosen, types)
     keys = list(chosen.keys)
     aggregations = [
@@ -169,13 +188,14 @@ def job_from_sql(
     if chosen.unbounded:
         if spark is not None:
             for topic in topics:
-                _check_no_nan(spark, topic, chosen, types)
+                _check_no_nan(spark, topic, chosen, types, lookups)
         return StreamJob(
             topics=topics,
             keys=keys,
             window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
+            lookups=lookups,
             derived=derived,
             where=where,
         )
@@ -190,7 +210,7 @@ def job_from_sql(
         for path, topic in zip(paths, topics, strict=True):
             if watermark.emission == "periodic":
                 _check_in_order(spark, topic, path.table)
-            _check_no_nan(spark, topic, chosen, types)
+            _check_no_nan(spark, topic, chosen, types, lookups)
     return StreamJob(
         topics=topics,
         keys=keys,
@@ -198,6 +218,7 @@ def job_from_sql(
         aggregations=aggregations,
         trigger=EventTimeTrigger(),
         watermark=watermark,
+        lookups=lookups,
         derived=derived,
         where=where,
     )
@@ -314,6 +335,14 @@ def _paths(read: Script, name: str, insert: AggregatingInsert) -> list[_Path]:
     paths: list[_Path] = []
     for branch in view.branches:
         for path in _paths(read, branch.source, insert):
+            joined = next((v for v, b in path.steps if b.lookup is not None), None)
+            if joined is not None:
+                raise UnsupportedSqlError(
+                    f"the view {view.name} of view {joined.name}, which joins a lookup table",
+                    view.at.line,
+                    view.at.column,
+                    "the INSERT reads a lookup join's view directly",
+                )
             if any(p.table == path.table for p in paths):
                 raise UnsupportedSqlError(
                     f"the view {view.name} reading table {path.table.name} twice",
@@ -402,8 +431,14 @@ def _projected(topic: ArchivedTopic, path: _Path) -> ArchivedTopic:
                     f"the archive of topic {topic.name!r} reads {column.name} as its "
                     "partition, offset or time column: name the view's column otherwise",
                 )
+    # A column computed from a lookup table is computed after the lookup (the aggregates read
+    # its expression: ``StreamJob.derived``).
+    steps = [
+        (view, replace(branch, columns=tuple(c for c in branch.columns if not c.enriched)))
+        for view, branch in path.steps
+    ]
     earlier = topic.transform
-    first_view, first = path.steps[0]
+    first_view, first = steps[0]
     read = [*(c.expression for c in first.columns), *([first.where] if first.where else [])]
     needed = list(dict.fromkeys(c for e in read for c in expression_columns(e)))
 
@@ -417,7 +452,7 @@ def _projected(topic: ArchivedTopic, path: _Path) -> ArchivedTopic:
                 f"{first_view.name} reads from table {first.source}"
             )
         keeps = F.lit(True)
-        for _, branch in path.steps:
+        for _, branch in steps:
             if branch.where is not None:
                 keeps = keeps & F.coalesce(F.expr(branch.where), F.lit(False))
             columns = {c.name: F.expr(c.expression) for c in branch.columns}
@@ -427,13 +462,87 @@ def _projected(topic: ArchivedTopic, path: _Path) -> ArchivedTopic:
 
     # What the projections compute, not where the script writes them: the emission log's
     # fingerprint holds it, and a script reformatted computes the same.
-    steps = [
+    selects = [
         f"SELECT {', '.join(f'{c.expression} AS `{c.name}`' for c in b.columns)} FROM {b.source}"
         + (f" WHERE {b.where}" if b.where else "")
-        for _, b in path.steps
+        for _, b in steps
     ]
-    code = "; ".join([*([earlier.code] if earlier else []), *steps])
+    code = "; ".join([*([earlier.code] if earlier else []), *selects])
     return replace(topic, transform=RecordTransform(code, project))
+
+
+def _lookups(
+    read: Script, paths: list[_Path], insert: AggregatingInsert, states: Mapping[str, StateSource]
+) -> list[Lookup]:
+    """The lookup join of the view the ``INSERT`` reads, if it has one, as the plugin's
+    processing-time :class:`Lookup` of the table's history in ``states``: the version valid
+    when the job processes the record (Flink's lookup join asks the database then; no cache),
+    of the columns the aggregates read (named :func:`lookup_column`)."""
+    joins = [(v, b.lookup) for path in paths for v, b in path.steps if b.lookup is not None]
+    if not joins:
+        return []
+    (view, join), *_ = joins
+    table = _relation(read, join.table)
+    assert isinstance(table, Table)  # the reader takes a lookup join of tables only
+    _check_lookup_table(table, join)
+    source = states.get(join.table)
+    if source is None:
+        raise ValueError(
+            f"no state given for the lookup table {join.table!r} of view {view.name}: pass "
+            f"states={{{join.table!r}: ScdTable(...) | CdcLog(...) | DeltaHistory(...)}}"
+        )
+    on = dict(join.on)
+    if sorted(on.values()) != sorted(source.keys):
+        raise UnsupportedSqlError(
+            f"the lookup join on {', '.join(on.values())}",
+            join.at.line,
+            join.at.column,
+            f"the {source.where} is keyed by {', '.join(source.keys)}: the join's ON must "
+            "compare each of its keys, once",
+        )
+    aggregated = [
+        c for a in insert.aggregates if a.expression for c in expression_columns(a.expression)
+    ]
+    keys = set(on.values())
+    columns = [c.name for c in table.columns if c.name not in keys]
+    attributes = [c for c in columns if lookup_column(table.name, c) in aggregated]
+    if not attributes and not columns:
+        raise UnsupportedSqlError(
+            f"the lookup table {table.name} of key columns only",
+            table.at.line,
+            table.at.column,
+            "a lookup reads a column beside the keys",
+        )
+    return [
+        Lookup(
+            source,
+            attributes or columns[:1],  # an inner join that only filters reads one
+            on=on,
+            time="processing",
+            how="inner" if join.inner else "left",
+            prefix=lookup_column(table.name, ""),
+        )
+    ]
+
+
+def _check_lookup_table(table: Table, join: LookupJoin) -> None:
+    """A table the mapping looks up as its history says: not a Kafka table, no cache."""
+    connector = table.option("connector")
+    if connector is not None and connector.value == "kafka":
+        raise UnsupportedSqlError(
+            f"the lookup join of the Kafka table {table.name}",
+            join.at.line,
+            join.at.column,
+            "a lookup table is a database's",
+        )
+    for option in table.options:
+        if option.key.startswith(REFUSED_LOOKUP_OPTIONS):
+            raise _refused(
+                option,
+                f"the lookup table's option {option.key!r}",
+                "a cache (or an asynchronous lookup) answers with a row other than the one "
+                "valid when the record is processed: the backfill reads that one",
+            )
 
 
 def _where(insert: AggregatingInsert, paths: list[_Path]) -> str | None:
@@ -641,18 +750,30 @@ def _check_in_order(spark: SparkSession, topic: ArchivedTopic, table: Table) -> 
 
 
 def _check_no_nan(
-    spark: SparkSession, topic: ArchivedTopic, insert: AggregatingInsert, types: Mapping[str, str]
+    spark: SparkSession,
+    topic: ArchivedTopic,
+    insert: AggregatingInsert,
+    types: Mapping[str, str],
+    lookups: list[Lookup],
 ) -> None:
     """Refuse an archive with a NaN in a floating-point column that ``MIN`` or ``MAX`` reads.
     Flink SQL's ``MIN`` keeps a value only if it is below the current one (``operand <
     min``), so a NaN that comes first sticks and one that comes later is skipped; the
-    plugin's, as a DataStream job's ``Math.min``, makes any NaN the result."""
+    plugin's, as a DataStream job's ``Math.min``, makes any NaN the result. Of a value computed
+    from a lookup table (known only once each record's version is), the archive's columns and
+    the table's history it reads must hold no NaN and no infinity (whose products can be
+    NaN)."""
     read = [
         a
         for a in insert.aggregates
         if a.function in ("min", "max")
         and (a.expression_type or types.get(a.column or "", "")).startswith(FLOATING)
     ]
+    added = {c for lookup in lookups for c in lookup.outputs}
+    enriched = [a for a in read if a.expression and added & set(expression_columns(a.expression))]
+    for aggregate in enriched:
+        _check_finite(spark, topic, aggregate, lookups)
+    read = [a for a in read if a not in enriched]
     if not read:
         return
     values = [F.expr(a.expression) if a.expression else F.col(a.column) for a in read]
@@ -679,6 +800,46 @@ def _check_no_nan(
             f"in {', '.join(columns)}: Flink SQL's MIN and MAX keep a NaN that comes first and "
             "skip one that comes later, which the plugin does not model",
         )
+
+
+def _check_finite(
+    spark: SparkSession, topic: ArchivedTopic, aggregate: Aggregate, lookups: list[Lookup]
+) -> None:
+    """Refuse NaN and infinite values in what ``aggregate``'s expression reads of the archive
+    and of the lookup tables' histories."""
+    assert aggregate.expression is not None
+    read = set(expression_columns(aggregate.expression))
+    prefixes = tuple(lookup.prefix for lookup in lookups)
+    records = read_records(spark, topic, sorted(c for c in read if not c.startswith(prefixes)))
+    row = records.where(_not_finite(records, read)).orderBy(PARTITION, OFFSET).first()
+    found = None
+    if row is not None:
+        found = f"topic {topic.name!r} partition {row[PARTITION]} offset {row[OFFSET]}"
+    for lookup in lookups:
+        attributes = [
+            a for a, o in zip(lookup.attributes, lookup.outputs, strict=True) if o in read
+        ]
+        versions = lookup.source.versions(spark, attributes)
+        if found is None and versions.where(_not_finite(versions, attributes)).first():
+            found = f"the {lookup.source.where}"
+    if found is not None:
+        at = aggregate.at
+        raise UnsupportedSqlError(
+            f"{aggregate.function.upper()} of {aggregate.expression} over NaN or infinite values",
+            at.line,
+            at.column,
+            f"{found} has one: Flink SQL's MIN and MAX keep a NaN that comes first and skip "
+            "one that comes later, which the plugin does not model",
+        )
+
+
+def _not_finite(df: DataFrame, columns: Collection[str]) -> PySparkColumn:
+    """True where one of ``columns`` (its floating-point ones) is NaN or infinite."""
+    bad = F.lit(False)
+    for field in df.schema.fields:
+        if field.name in columns and isinstance(field.dataType, DoubleType | FloatType):
+            bad = bad | F.isnan(field.name) | (F.abs(field.name) == float("inf"))
+    return bad
 
 
 def _duration_ms(option: SetOption | TableOption) -> int:

@@ -16,7 +16,12 @@ from functools import partial
 from typing import Any
 
 from feast_stream_backfill.errors import UnsupportedSqlError
-from feast_stream_backfill.flink_sql.expressions import spark_predicate, spark_value
+from feast_stream_backfill.flink_sql.expressions import (
+    Names,
+    identifier_parts,
+    spark_predicate,
+    spark_value,
+)
 from feast_stream_backfill.flink_sql.parser import jvm, parse_statements
 
 #: The window table-valued functions: those mapped, and the others, refused by name.
@@ -76,13 +81,15 @@ class Watermark:
 
 @dataclass(frozen=True)
 class Table:
-    """``CREATE TABLE``: its physical columns, watermark (if any) and options."""
+    """``CREATE TABLE``: its physical columns, watermark (if any) and options, and the name of
+    its ``PROCTIME()`` column (if any: a lookup join's time)."""
 
     name: str
     columns: tuple[Column, ...]
     watermark: Watermark | None
     options: tuple[TableOption, ...]
     at: Position
+    proc_time: str | None = None
 
     def option(self, key: str) -> TableOption | None:
         return next((o for o in self.options if o.key == key), None)
@@ -96,12 +103,33 @@ class Table:
 @dataclass(frozen=True)
 class ViewColumn:
     """A view's column: ``expression`` (Spark SQL over its source's columns) of SQL ``type``;
-    ``passes`` names the source column it is (renamed or not), None for an expression."""
+    ``passes`` names the source column it is (renamed or not), None for an expression;
+    ``enriched``: it reads the view's lookup table (:func:`lookup_column`)."""
 
     name: str
     expression: str
     type: str
     passes: str | None
+    at: Position
+    enriched: bool = False
+
+
+def lookup_column(table: str, column: str) -> str:
+    """The name a lookup table's column takes in a record the lookup enriched."""
+    return f"{table}__{column}"
+
+
+@dataclass(frozen=True)
+class LookupJoin:
+    """``[LEFT] JOIN table FOR SYSTEM_TIME AS OF s.proc_time [AS alias] ON s.a = alias.b [AND
+    ...]`` in a view of a Kafka table ``s``: each record joined to the row of ``table`` whose
+    ``on`` columns (``(record column, table column)`` pairs) equal its own, as the table is
+    when the job processes the record; ``inner``: a record without such a row is left out,
+    else kept with nulls."""
+
+    table: str
+    on: tuple[tuple[str, str], ...]
+    inner: bool
     at: Position
 
 
@@ -114,6 +142,7 @@ class Projection:
     source: str
     columns: tuple[ViewColumn, ...]
     where: str | None
+    lookup: LookupJoin | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +162,10 @@ class View:
     def types(self) -> dict[str, str]:
         """Each column's SQL type, by name."""
         return {c.name: c.type for c in self.columns}
+
+    @property
+    def lookup(self) -> LookupJoin | None:
+        return self.branches[0].lookup
 
 
 @dataclass(frozen=True)
@@ -272,9 +305,17 @@ def _table(statement: Any) -> Table:
     if statement.getDistribution() is not None:
         raise _refused(statement, "DISTRIBUTED BY")
     read: list[Column] = []
+    proc_time = None
     for column in columns:
+        if _is_proc_time(column) and proc_time is None:
+            proc_time = str(column.getName())
+            continue
         if _class(column) != "SqlRegularColumn":
-            raise _refused(column, f"the computed or metadata column {column.getName()}")
+            raise _refused(
+                column,
+                f"the computed or metadata column {column.getName()}",
+                "one `name AS PROCTIME()` is mapped",
+            )
         read.append(
             Column(str(column.getName()), str(column.getType().toString()), position(column))
         )
@@ -287,6 +328,19 @@ def _table(statement: Any) -> Table:
             for o in options
         ),
         at=position(statement),
+        proc_time=proc_time,
+    )
+
+
+def _is_proc_time(column: Any) -> bool:
+    """``name AS PROCTIME()``: the time the job processes the record (no value of its own)."""
+    if _class(column) != "SqlComputedColumn":
+        return False
+    call = column.getExpr()
+    return (
+        _class(call) == "SqlBasicCall"
+        and str(call.getOperator().getName()).upper() == "PROCTIME"
+        and call.getOperandList().size() == 0
     )
 
 
@@ -338,6 +392,14 @@ def _view(statement: Any, relations: Relations) -> View:
     selects = _union_inputs(statement.getQuery(), name)
     branches = [_projection(select, name, relations) for select in selects]
     first = branches[0]
+    joined = next((b.lookup for b in branches if b.lookup is not None), None)
+    if joined is not None and len(branches) > 1:
+        raise UnsupportedSqlError(
+            f"a lookup join in a UNION ALL input of view {name}",
+            joined.at.line,
+            joined.at.column,
+            "a view of one Kafka table and its lookup join is mapped",
+        )
     for select, branch in zip(selects[1:], branches[1:], strict=True):
         if len(branch.columns) != len(first.columns):
             raise _refused(
@@ -384,41 +446,195 @@ def _projection(select: Any, name: str, relations: Relations) -> Projection:
         clause = select.getGroup() or select.getWindowList()
         raise _refused(clause, f"an aggregation in view {name}", "the INSERT aggregates")
     source = select.getFrom()
-    if _kind(source) != "IDENTIFIER":
-        what = "a join" if _kind(source) == "JOIN" else f"the source {_first_words(source)}"
-        raise _refused(source, f"{what} in view {name}", "a view of one table or view is mapped")
+    lookup, scope = None, None
+    if _kind(source) == "JOIN":
+        lookup, source, scope = _lookup_join(source, name, relations)
+    elif _kind(source) != "IDENTIFIER":
+        raise _refused(
+            source,
+            f"the source {_first_words(source)} in view {name}",
+            "a view of one table or view is mapped",
+        )
     source_name = _table_name(source)
     if source_name not in relations:
         raise _refused(source, f"the table {source_name}", "not declared before the view")
     types = relations[source_name].types
+    names = scope or Names(types)
     columns: list[ViewColumn] = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER" and item.isStar():
+            if lookup is not None:
+                raise _refused(item, f"* in view {name}", "name the columns of a lookup join")
             columns += [ViewColumn(c, f"`{c}`", t, c, position(item)) for c, t in types.items()]
             continue
         expression, alias = item.getOperandList() if _kind(item) == "AS" else (item, None)
-        if _kind(expression) == "IDENTIFIER":
-            passes = _name(expression)
-            if passes not in types:
-                raise _refused(expression, f"the column {passes}", f"not a column of {source_name}")
-            column = _name(alias) if alias is not None else passes
-            columns.append(ViewColumn(column, f"`{passes}`", types[passes], passes, position(item)))
-            continue
-        if alias is None:
+        if alias is None and _kind(expression) != "IDENTIFIER":
             raise _refused(
                 item, f"the view column {item.toString()}", "an expression needs AS name"
             )
-        value, value_type = spark_value(expression, types)
-        columns.append(ViewColumn(_name(alias), value, value_type, None, position(item)))
-    names = [c.name for c in columns]
+        if lookup is None and _kind(expression) == "IDENTIFIER":
+            passed = _name(expression)
+            if passed not in types:
+                raise _refused(expression, f"the column {passed}", f"not a column of {source_name}")
+        value, value_type = spark_value(expression, names)
+        column = _name(alias) if alias is not None else identifier_parts(expression)[-1]
+        passes = value.strip("`") if _kind(expression) == "IDENTIFIER" else None
+        enriched = lookup is not None and any(
+            f"`{lookup_column(lookup.table, c)}`" in value for c in relations[lookup.table].types
+        )
+        if passes is not None and passes not in types:
+            passes = None  # a lookup table's column
+        columns.append(
+            ViewColumn(column, value, value_type, passes, position(item), enriched=enriched)
+        )
+    named = [c.name for c in columns]
     for column in columns:
-        if names.count(column.name) > 1:
-            at = column.at
+        at = column.at
+        if named.count(column.name) > 1:
             raise UnsupportedSqlError(
                 f"the view {name}'s second column named {column.name}", at.line, at.column
             )
-    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
-    return Projection(source_name, tuple(columns), where)
+        # Computed beside the records' columns, before the lookup, which reads them: a
+        # column computed from the lookup table is computed after it, and replaces nothing.
+        if (
+            lookup is not None
+            and not column.enriched
+            and column.name in types
+            and column.passes != column.name
+        ):
+            raise UnsupportedSqlError(
+                f"the view {name}'s column {column.name}",
+                at.line,
+                at.column,
+                f"the lookup join reads the column of {source_name} of that name: name the "
+                "view's column otherwise",
+            )
+    where = None
+    if select.getWhere() is not None:
+        unreadable = (
+            {
+                lookup_column(
+                    lookup.table, c
+                ): "a WHERE on the lookup table's columns is not mapped"
+                for c in relations[lookup.table].types
+            }
+            if lookup is not None
+            else {}
+        )
+        where = spark_predicate(select.getWhere(), replace(names, unreadable=unreadable))
+    return Projection(source_name, tuple(columns), where, lookup)
+
+
+def _lookup_join(join: Any, view: str, relations: Relations) -> tuple[LookupJoin, Any, Names]:
+    """``source [AS s] [LEFT] JOIN table FOR SYSTEM_TIME AS OF s.proc_time [AS t] ON s.a = t.b
+    [AND ...]`` (Flink's processing-time lookup join): the join, the source's identifier and
+    the names the view's expressions read, the source's columns as they are, the table's as
+    :func:`lookup_column` names them (its join columns refused: read the source's)."""
+    kind = str(join.getJoinType().toString())
+    if (
+        kind not in ("INNER", "LEFT")
+        or join.isNatural()
+        or _kind(join.getRight())
+        not in (
+            "AS",
+            "SNAPSHOT",
+        )
+    ):
+        raise _refused(
+            join,
+            f"the {kind.lower()} join in view {view}",
+            "a lookup join, [LEFT] JOIN table FOR SYSTEM_TIME AS OF the source's PROCTIME() "
+            "column, is mapped",
+        )
+    source, source_alias = _aliased(join.getLeft())
+    snapshot, alias = _aliased(join.getRight())
+    if _kind(source) != "IDENTIFIER" or _kind(snapshot) != "SNAPSHOT":
+        raise _refused(
+            join,
+            f"a regular join in view {view}",
+            "a lookup join of a Kafka table, JOIN table FOR SYSTEM_TIME AS OF its PROCTIME() "
+            "column, is mapped",
+        )
+    table_node, period = snapshot.getOperandList()
+    source_name, table = _table_name(source), _table_name(table_node)
+    for node, name in ((source, source_name), (table_node, table)):
+        if not isinstance(relations.get(name), Table):
+            raise _refused(node, f"the table {name}", "a table declared before the view")
+    record = relations[source_name]
+    assert isinstance(record, Table)
+    source_alias, alias = source_alias or source_name, alias or table
+    columns = relations[table].types
+    scope = Names(
+        {**record.types, **{lookup_column(table, c): t for c, t in columns.items()}},
+        tables={
+            source_alias: {c: c for c in record.types},
+            alias: {c: lookup_column(table, c) for c in columns},
+        },
+    )
+    at_time = _qualified(period, source_alias)
+    if record.proc_time is None or at_time != record.proc_time:
+        watermarked = record.watermark is not None and at_time == record.watermark.column
+        raise _refused(
+            period,
+            f"FOR SYSTEM_TIME AS OF {period.toString()}",
+            "an event-time temporal join waits for both sides' watermarks, which is not modelled"
+            if watermarked
+            else f"a lookup join at the PROCTIME() column of {source_name} is mapped",
+        )
+    if str(join.getConditionType().toString()) != "ON":
+        raise _refused(join, f"the join of view {view} without ON", "ON equalities are mapped")
+    on = _join_keys(join.getCondition(), source_alias, alias, record.types, columns)
+    keys = {lookup_column(table, c) for _, c in on}
+    why = "the lookup table's join column: read the source's, equal to it where the row is found"
+    lookup = LookupJoin(table, on, kind == "INNER", position(join))
+    return lookup, source, replace(scope, unreadable=dict.fromkeys(keys, why))
+
+
+def _aliased(node: Any) -> tuple[Any, str | None]:
+    """``x AS alias``: ``x`` and the alias; ``x``: ``x`` and None."""
+    if _kind(node) == "AS":
+        operands = list(node.getOperandList())
+        if len(operands) != 2:
+            raise _refused(node, f"the column list of {node.toString()}")
+        return operands[0], _name(operands[1])
+    return node, None
+
+
+def _qualified(identifier: Any, alias: str) -> str | None:
+    """The column ``alias.column`` (or ``column``) names, None for anything else."""
+    if _kind(identifier) != "IDENTIFIER":
+        return None
+    parts = identifier_parts(identifier)
+    if len(parts) == 2 and parts[0] == alias:
+        return parts[1]
+    return parts[0] if len(parts) == 1 else None
+
+
+def _join_keys(
+    condition: Any,
+    source: str,
+    alias: str,
+    source_types: dict[str, str],
+    table_types: dict[str, str],
+) -> tuple[tuple[str, str], ...]:
+    """``s.a = t.b [AND ...]`` as ``(a, b)`` pairs."""
+    if _kind(condition) == "AND":
+        return tuple(
+            pair
+            for operand in condition.getOperandList()
+            for pair in _join_keys(operand, source, alias, source_types, table_types)
+        )
+    if _kind(condition) == "EQUALS":
+        left, right = condition.getOperandList()
+        for a, b in ((left, right), (right, left)):
+            record, looked_up = _qualified(a, source), _qualified(b, alias)
+            if record in source_types and looked_up in table_types:
+                return ((record, looked_up),)
+    raise _refused(
+        condition,
+        f"the join condition {condition.toString()}",
+        "equalities of a source column and a lookup table column, joined by AND, are mapped",
+    )
 
 
 def _refuse_clauses(select: Any, why: str) -> None:
@@ -474,7 +690,9 @@ def _insert(statement: Any, relations: Relations) -> AggregatingInsert:
     window_columns = ("window_start", "window_end") if window is not None else ()
     source_table = window.source if window is not None else _table_name(source)
     types = _types(relations, source_table)
+    aggregated, filtered = _insert_names(relations, source_table)
     _check_columns(select.getGroup(), keys, types, source_table)
+    _refuse_enriched_keys(select.getGroup(), keys, aggregated)
     aggregates = []
     for item in select.getSelectList():
         if _kind(item) == "IDENTIFIER":
@@ -482,10 +700,10 @@ def _insert(statement: Any, relations: Relations) -> AggregatingInsert:
             if name not in (*keys, *window_columns):
                 raise _refused(item, f"the column {name}", "not a GROUP BY key")
             continue
-        aggregates.append(_aggregate(item, types, source_table))
+        aggregates.append(_aggregate(item, aggregated, source_table))
     if not aggregates:
         raise _refused(select, "a SELECT without aggregates")
-    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
+    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), filtered)
     return AggregatingInsert(
         target=_table_name(statement.getTargetTable()),
         source=source_table,
@@ -606,6 +824,31 @@ def _types(relations: Relations, name: str) -> dict[str, str]:
     return relation.types if relation is not None else {}
 
 
+def _insert_names(relations: Relations, name: str) -> tuple[Names, Names]:
+    """What the ``INSERT``'s aggregates and its ``WHERE`` read of the table or view ``name``:
+    a column the view computes from its lookup table is its expression in an aggregate (the
+    backfill computes it after the lookup) and refused in the ``WHERE`` (the backfill filters
+    before it)."""
+    types = _types(relations, name)
+    relation = relations.get(name)
+    enriched = [c for c in relation.columns if c.enriched] if isinstance(relation, View) else []
+    why = "a WHERE on a column computed from the lookup table is not mapped"
+    return (
+        Names(types, values={c.name: c.expression for c in enriched}),
+        Names(types, unreadable={c.name: why for c in enriched}),
+    )
+
+
+def _refuse_enriched_keys(at: Any, keys: tuple[str, ...], aggregated: Names) -> None:
+    for key in keys:
+        if key in aggregated.values:
+            raise _refused(
+                at,
+                f"the key {key}, computed from the lookup table",
+                "keys are columns of the Kafka table",
+            )
+
+
 def _check_columns(at: Any, columns: tuple[str, ...], types: dict[str, str], source: str) -> None:
     """Each of ``columns`` is a column of ``source`` (when declared)."""
     for column in columns:
@@ -613,18 +856,20 @@ def _check_columns(at: Any, columns: tuple[str, ...], types: dict[str, str], sou
             raise _refused(at, f"the column {column}", f"not a column of {source}")
 
 
-def _aggregate(item: Any, types: dict[str, str], source: str) -> Aggregate:
+def _aggregate(item: Any, names: Names, source: str) -> Aggregate:
     """``FUNCTION(column) AS name``, ``FUNCTION(expression) AS name`` or ``COUNT(*) AS
     name``."""
     if _kind(item) != "AS":
         raise _refused(item, f"the select item {item.toString()}", "aggregates need AS name")
     call, alias = item.getOperandList()
-    return _aggregate_call(call, alias, types, source)
+    return _aggregate_call(call, alias, names, source)
 
 
-def _aggregate_call(call: Any, alias: Any, types: dict[str, str], source: str) -> Aggregate:
+def _aggregate_call(call: Any, alias: Any, names: Names, source: str) -> Aggregate:
     """The aggregate ``call`` named ``alias``: one of :data:`AGGREGATES` of a column of
-    ``source``, of an expression, or ``COUNT(*)``."""
+    ``source``, of an expression, or ``COUNT(*)``; of a column written as its value
+    (``names.values``), as of that expression."""
+    types = dict(names.types)
     function = str(call.getOperator().getName()).upper() if _class(call) == "SqlBasicCall" else ""
     if function not in AGGREGATES:
         raise _refused(
@@ -637,11 +882,15 @@ def _aggregate_call(call: Any, alias: Any, types: dict[str, str], source: str) -
     operands = list(call.getOperandList())
     if function == "COUNT" and call.isCountStar():
         column = None
-    elif len(operands) == 1 and _kind(operands[0]) == "IDENTIFIER":
+    elif (
+        len(operands) == 1
+        and _kind(operands[0]) == "IDENTIFIER"
+        and _name(operands[0]) not in names.values
+    ):
         column = _name(operands[0])
         _check_columns(operands[0], (column,), types, source)
     elif len(operands) == 1:
-        expression, expression_type = spark_value(operands[0], types)
+        expression, expression_type = spark_value(operands[0], names)
         return Aggregate(
             AGGREGATES[function],
             None,
@@ -696,6 +945,7 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
             "OVER aggregations of a table are mapped",
         )
     types = _types(relations, _table_name(source))
+    aggregated, filtered = _insert_names(relations, _table_name(source))
     named = {str(w.getDeclName().getSimple()): w for w in select.getWindowList()}
     window: _Over | None = None
     columns, aggregates = [], []
@@ -721,9 +971,19 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
                 "every aggregate is mapped OVER one window",
             )
         window = this
-        aggregates.append(_aggregate_call(call, alias, types, _table_name(source)))
+        aggregates.append(_aggregate_call(call, alias, aggregated, _table_name(source)))
     assert window is not None  # _insert routes here only with an OVER aggregate
+    relation = relations.get(_table_name(source))
+    if isinstance(relation, Table) and window.time_column == relation.proc_time:
+        at = window.time_at
+        raise UnsupportedSqlError(
+            f"an OVER window ordered by the processing time {window.time_column}",
+            at.line,
+            at.column,
+            "OVER aggregations ordered by the table's watermarked column are mapped",
+        )
     _check_columns(select, (*window.partition_by, window.time_column), types, _table_name(source))
+    _refuse_enriched_keys(select, window.partition_by, aggregated)
     for column in columns:
         name = _name(column)
         if name not in (*window.partition_by, window.time_column):
@@ -732,7 +992,7 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
                 f"the column {name}",
                 "not a PARTITION BY key or the ORDER BY time column",
             )
-    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), types)
+    where = None if select.getWhere() is None else spark_predicate(select.getWhere(), filtered)
     return AggregatingInsert(
         target=_table_name(statement.getTargetTable()),
         source=_table_name(source),
