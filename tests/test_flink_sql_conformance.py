@@ -36,6 +36,8 @@ from tests.conformance.sql.jobs import (
     CUMULATE_ON_EVENT,
     EXAMPLE,
     HOP_ON_EVENT,
+    LOOKUP_EXAMPLE,
+    LOOKUP_LEFT_NULLS,
     OVER_RANGE,
     OVER_RANGE_UNBOUNDED,
     OVER_ROWS,
@@ -85,7 +87,7 @@ UNCHANGED_SKIPPED = replace(
 @pytest.fixture(scope="module")
 def runs() -> dict[str, tuple[SqlJob, SqlRun]]:
     """Every job of this file run on Flink SQL, in one JVM."""
-    jobs = [*hand_written(), *RANDOM, AVG_OF_BIGINT, UNCHANGED_SKIPPED]
+    jobs = [*hand_written(), *RANDOM, AVG_OF_BIGINT, UNCHANGED_SKIPPED, LOOKUP_LEFT_NULLS]
     return {j.name: (j, r) for j, r in zip(jobs, run_flink(build(), jobs), strict=True)}
 
 
@@ -131,6 +133,41 @@ def test_flink_sql_fires_the_hand_computed_union_of_two_tables(runs):
     emissions, dropped, odd = flink_log(run, job)
     assert emissions == [("u1", BASE, BASE + 300_000, BASE + 360_000, 0, "on_time", 9.0, 3.0)]
     assert (dropped, odd) == ({}, [])
+
+
+def test_flink_sql_fires_the_hand_computed_lookup_join(runs):
+    # Each record reads its user's factor as the table is at its processing time (its event
+    # time here: one partition, in order). u1's $1 at 10 s and u2's $4 at 310 s find no row
+    # and are left out; u2's still moves the watermark, firing [0, 5 min) at 310 s. u1's $8
+    # at 380 s reads the factor 3 written at that instant.
+    job, run = runs[LOOKUP_EXAMPLE.name]
+    emissions, dropped, odd = flink_log(run, job)
+    minutes = [
+        ("u1", 0, 300_000, 310_000, 0, 4.0, 1.0),
+        ("u1", 300_000, 600_000, 640_000, 0, 24.0, 1.0),
+    ]
+    assert sorted(emissions) == [
+        (k, BASE + s, BASE + e, BASE + t, q, "on_time", *v) for k, s, e, t, q, *v in minutes
+    ]
+    assert (dropped, odd) == ({}, [])
+
+
+def test_a_left_lookup_join_aggregates_its_nulls_as_flink_sql_does(spark, runs):
+    # LEFT: a record without a row is kept, its product null. SUM and COUNT(amount) skip it,
+    # COUNT(*) counts it; u2's window of its one null is written with a null SUM.
+    job, run = runs[LOOKUP_LEFT_NULLS.name]
+    emissions, dropped, odd = flink_log(run, job)
+    minutes = [
+        ("u1", 0, 300_000, 310_000, 0, 4.0, 2.0, 1.0),
+        ("u1", 300_000, 600_000, 640_000, 0, 24.0, 1.0, 1.0),
+        ("u2", 300_000, 600_000, 640_000, 0, None, 1.0, 0.0),
+    ]
+    assert sorted(emissions, key=str) == sorted(
+        [(k, BASE + s, BASE + e, BASE + t, q, "on_time", *v) for k, s, e, t, q, *v in minutes],
+        key=str,
+    )
+    assert (dropped, odd) == ({}, [])
+    assert compare((emissions, dropped), plugin_log(spark, job)) == []
 
 
 def test_flink_sql_fires_the_hand_computed_hop_with_late_records(runs):
@@ -325,7 +362,8 @@ def test_the_random_jobs_cover_every_construct(runs):
     named = ["\nWINDOW w AS" in j.script for j in RANDOM if j.is_over]
     assert any(named) and not all(named)
     assert 0 in [j.over for j in RANDOM]
-    wheres = [j for j in RANDOM if j.where is not None]
+    # The INSERT's WHERE, or the one a lookup join's view takes from it.
+    wheres = [j for j in RANDOM if j.where is not None or j.lookup and j.view_where]
     assert len(wheres) >= 6
     assert any(math.isnan(r.value) for j in wheres for r in j.records)
     assert sum(j.argument is not None for j in RANDOM) >= 3
@@ -337,6 +375,8 @@ def test_the_random_jobs_cover_every_construct(runs):
     assert any("DESCRIPTOR(event_ts)" in j.script for j in views)
     assert any("SELECT *" in j.script for j in views)
     assert any("UNION ALL" in j.script for j in views)
+    lookups = [j for j in RANDOM if j.lookup is not None]
+    assert {j.lookup.inner for j in lookups} == {True, False}
 
 
 @pytest.mark.parametrize("job", hand_written(), ids=lambda j: j.name)

@@ -73,7 +73,9 @@ def constructs(job: SqlJob) -> list[str]:
             if job.unbounded and "state.ttl" not in job.script
             else []
         ),
-        *(["a view"] if view and not union else []),
+        *(["a view"] if view and not union and job.lookup is None else []),
+        *([f"a lookup join, {'inner' if job.lookup.inner else 'LEFT'}"] if job.lookup else []),
+        *(["a lookup join's view WHERE"] if job.lookup and job.view_where else []),
         *(["a UNION ALL of two tables"] if union else []),
         *(["a UNION ALL, its second table's own bound"] if union and _own_bound(job) else []),
         *(["a view: SELECT *"] if "SELECT *" in view else []),

@@ -22,12 +22,14 @@ import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from feast_stream_backfill import backfill
+from feast_stream_backfill.enrichment import CdcLog
 from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import PerRecordTrigger
@@ -58,6 +60,30 @@ OVER_FUNCTIONS = {
     "RANGE UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
     "ROWS UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
 }
+
+
+#: The lookup table some generated views join: a factor per user, its history in the feed.
+LOOKUP_TABLE = "tiers"
+
+
+@dataclass(frozen=True)
+class LookupTable:
+    """The history of :data:`LOOKUP_TABLE` (``user_id``, ``factor`` of the job's value type),
+    ``(user, time, sequence, deleted, factor)`` per version, and the view's lookup join of it:
+    ``inner`` or LEFT, and the ``amount`` it computes from a record and the factor its lookup
+    finds (None: no row)."""
+
+    versions: tuple[tuple[str, int, int, bool, float | None], ...]
+    inner: bool
+    value: Callable[[Record, float | None], float] = field(compare=False)
+
+    def factor_at(self, user: str, pt: int) -> float | None:
+        """The factor of ``user``'s row as the table is at ``pt`` (a version at pt included)."""
+        found = [v for v in self.versions if v[0] == user and v[1] <= pt]
+        if not found:
+            return None
+        latest = max(found, key=lambda v: (v[1], v[2]))
+        return None if latest[3] else latest[4]
 
 
 @dataclass(frozen=True)
@@ -98,16 +124,33 @@ class SqlJob:
     view_keys: tuple[str, ...] = ()
     view_where: Callable[[Record], bool] | None = field(default=None, compare=False)
     view_value: Callable[[Record], float] | None = field(default=None, compare=False)
+    #: The view joins :data:`LOOKUP_TABLE` (its ``amount`` the lookup's value).
+    lookup: LookupTable | None = field(default=None, compare=False)
 
     def kept(self, record: Record) -> bool:
         """The INSERT reads the record (``record`` as the table holds it)."""
         if self.view_where is not None and not self.view_where(record):
             return False
+        if self.lookup is not None and self.lookup.inner and self._factor(record) is None:
+            return False
         return self.where is None or self.where(self.viewed(record))
 
     def viewed(self, record: Record) -> Record:
         """The record as the INSERT reads it: through the view, if any."""
+        if self.lookup is not None:
+            factor = self._factor(record)
+            if factor is None and self.lookup.inner:
+                return record  # not kept: no window reads it
+            return replace(record, value=self.lookup.value(record, factor))
         return replace(record, value=self.view_value(record)) if self.view_value else record
+
+    def _factor(self, record: Record) -> float | None:
+        assert self.lookup is not None
+        return self.lookup.factor_at(record.key.split("|")[0], self._processing_times[_at(record)])
+
+    @cached_property
+    def _processing_times(self) -> dict[tuple, int]:
+        return {_at(r): pt for pt, r in processing_order(self)}
 
     @property
     def reads_view(self) -> bool:
@@ -191,6 +234,10 @@ class SqlRun:
     over_function: str = ""
 
 
+def _at(record: Record) -> tuple[str, int, int]:
+    return (record.topic, record.partition, record.offset)
+
+
 def build() -> str:
     """Fetch Flink SQL's jars and compile the replay if not done yet; returns the classpath."""
     return build_in(HERE, SOURCES, RESOURCES)
@@ -203,8 +250,12 @@ def processing_order(job: SqlJob) -> list[tuple[int, Record]]:
 
 
 def _feed(job: SqlJob) -> str:
-    """``r table partition offset pt`` and the row's physical columns: keys, amount, ts (ms)."""
+    """``r table partition offset pt`` and the row's physical columns: keys, amount, ts (ms);
+    before them the lookup table's versions, ``v table time sequence deleted user factor``."""
     lines = []
+    for user, at, seq, deleted, factor in job.lookup.versions if job.lookup else ():
+        value = "null" if factor is None else int(factor) if job.value_type == "BIGINT" else factor
+        lines.append(f"v {LOOKUP_TABLE} {at} {seq} {int(deleted)} {user} {value}")
     for pt, r in processing_order(job):
         value = int(r.value) if job.value_type == "BIGINT" else r.value
         value = "NaN" if isinstance(value, float) and math.isnan(value) else value  # Java's
@@ -343,9 +394,34 @@ def archives(spark: SparkSession, job: SqlJob) -> dict[str, ArchivedTopic]:
     return {t: archive(spark, job, t) for t in dict.fromkeys(r.topic for r in job.records)}
 
 
+def states(spark: SparkSession | None, job: SqlJob) -> dict[str, CdcLog]:
+    """The lookup table's history as the change log the backfill reads (without ``spark``,
+    the declaration alone, for mapping the script)."""
+    if job.lookup is None:
+        return {}
+    if spark is None:
+        return {LOOKUP_TABLE: CdcLog(LOOKUP_TABLE, ["user_id"], path="(not read)")}
+    factor = "long" if job.value_type == "BIGINT" else "double"
+    rows = [
+        (
+            user,
+            None if f is None else int(f) if factor == "long" else f,
+            at,
+            seq,
+            "delete" if d else "upsert",
+        )
+        for user, at, seq, d, f in job.lookup.versions
+    ]
+    log = spark.createDataFrame(
+        rows, f"user_id string, factor {factor}, change_time long, seq long, op string"
+    )
+    return {LOOKUP_TABLE: CdcLog(LOOKUP_TABLE, ["user_id"], dataframe=log, sequence="seq")}
+
+
 def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     """The plugin's backfill of the script, in :func:`flink_log`'s shape."""
-    result = backfill(spark, job_from_sql(spark, job.script, archives(spark, job)))
+    mapped = job_from_sql(spark, job.script, archives(spark, job), states=states(spark, job))
+    result = backfill(spark, mapped)
     ms = F.unix_millis
     key = F.concat_ws("|", *job.output_keys)
     emissions = [
@@ -385,7 +461,10 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
     check that periodic jobs' partitions are in event-time order is skipped here (the
     generated periodic archives are, by construction; :func:`plugin_log` runs the check)."""
     mapped = job_from_sql(
-        None, job.script, {TABLE: ArchivedTopic(TABLE), SECOND_TABLE: ArchivedTopic(SECOND_TABLE)}
+        None,
+        job.script,
+        {TABLE: ArchivedTopic(TABLE), SECOND_TABLE: ArchivedTopic(SECOND_TABLE)},
+        states=states(None, job),
     )
     watermark, window = mapped.watermark, mapped.window
     over = isinstance(window, OverWindows)

@@ -28,7 +28,15 @@ from dataclasses import replace
 
 from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from tests.conformance.scenarios import BASE
-from tests.conformance.sql.harness import SECOND_COLUMNS, SECOND_TABLE, TABLE, SqlJob
+from tests.conformance.sql.harness import (
+    LOOKUP_TABLE,
+    SECOND_COLUMNS,
+    SECOND_TABLE,
+    TABLE,
+    LookupTable,
+    SqlJob,
+    processing_order,
+)
 from tests.reference_simulator import Record
 
 #: (SQL, output name stem) per aggregate function; COUNT appears with * and with the column.
@@ -310,6 +318,87 @@ def _with_union(job: SqlJob, rng: random.Random) -> SqlJob:
     )
 
 
+#: The view of a lookup join, and the lookup table's connector options (the harness serves the
+#: table's versions in place of the database).
+SCALED = "scaled"
+LOOKUP_OPTIONS = (
+    "'connector' = 'jdbc', 'url' = 'jdbc:postgresql://db:5432/features', "
+    f"'table-name' = '{LOOKUP_TABLE}'"
+)
+
+
+def lookup_script(job: SqlJob, value: str, inner: bool, where: str | None) -> str:
+    """``job``'s script reading ``events`` through a view of its lookup join of
+    :data:`LOOKUP_TABLE` at its ``PROCTIME()`` column, the view's ``amount`` ``value`` (over
+    ``e`` and ``t``), its ``WHERE`` ``where`` (over ``e``)."""
+    head, insert = job.script.split("INSERT INTO", 1)
+    head = head.replace("ts TIMESTAMP(3)", "ts TIMESTAMP(3), proc_time AS PROCTIME()", 1)
+    table = [
+        f"CREATE TABLE {LOOKUP_TABLE} (",
+        f"  user_id STRING, factor {job.value_type}, PRIMARY KEY (user_id) NOT ENFORCED",
+        f") WITH ({LOOKUP_OPTIONS});",
+    ]
+    keys = ", ".join(f"e.{k}" for k in job.keys)
+    view = [
+        f"CREATE TEMPORARY VIEW {SCALED} AS",
+        f"SELECT {keys}, {value} AS amount, e.ts",
+        f"FROM {TABLE} AS e {'' if inner else 'LEFT '}JOIN {LOOKUP_TABLE} "
+        "FOR SYSTEM_TIME AS OF e.proc_time AS t",
+        "  ON e.user_id = t.user_id",
+        *([f"WHERE {where}"] if where else []),
+    ]
+    insert = re.sub(rf"\b{TABLE}\b", SCALED, insert)
+    return head + "\n".join([*table, *view]) + ";\nINSERT INTO" + insert
+
+
+def _with_lookup(job: SqlJob, rng: random.Random) -> SqlJob:
+    """``job`` reading the table through a view of its lookup join of :data:`LOOKUP_TABLE`
+    (a factor per user, inner or LEFT), computing ``amount`` from the factor its lookup finds:
+    the INSERT's WHERE moves into the view (over the table's columns: one over the lookup's is
+    not mapped), its aggregates' expression stays, over the view's ``amount``. The table's
+    history: zero to three versions per user, some at a record's processing time (a version
+    is visible from its own instant on), some deletes."""
+    timed = processing_order(job)
+    pts = sorted({pt for pt, _ in timed})
+    users = sorted({_user(r) for r in job.records})
+    unit = 1000 if job.size >= 5_000 else 1
+    inner = rng.random() < 0.5
+    found = 0
+    while found < len(timed) / 2:  # most records find a row: the windows have some to fire
+        versions = []
+        for user in users:
+            for seq in range(rng.choice([0, 1, 1, 2, 3])):
+                at = (
+                    rng.choice(pts)
+                    if rng.random() < 0.5
+                    else rng.randint(pts[0] - 5 * unit, pts[-1])
+                )
+                deleted = rng.random() < 0.15
+                factor = None if deleted else float(rng.randint(1, 4))
+                versions.append((user, at, seq, deleted, factor))
+        table = LookupTable(tuple(versions), inner, lambda r, f: r.value)
+        found = sum(table.factor_at(_user(r), pt) is not None for pt, r in timed)
+    if inner:
+        value, of = "e.amount * t.factor", lambda r, f: r.value * f
+        if rng.random() < 0.3:
+            value, of = "e.amount + t.factor * 2", lambda r, f: r.value + f * 2
+    else:
+        value = "CASE WHEN t.factor IS NULL THEN e.amount ELSE e.amount * t.factor END"
+        of = lambda r, f: r.value if f is None else r.value * f  # noqa: E731
+    where = None
+    if job.where is not None:
+        predicate = re.search(r"\nWHERE (.*)\n", job.script).group(1)
+        where = re.sub(r"\b(user_id|region|amount)\b", r"e.\1", predicate)
+        job = replace(job, script=job.script.replace(f"\nWHERE {predicate}\n", "\n"))
+    return replace(
+        job,
+        script=lookup_script(job, value, inner, where),
+        where=None,
+        view_where=job.where,
+        lookup=LookupTable(tuple(versions), inner, of),
+    )
+
+
 def _without_ttl(job: SqlJob) -> SqlJob:
     """An unbounded ``GROUP BY`` with ``COUNT(*)`` (every update differs from the one before)
     without ``table.exec.state.ttl``: its state never expires."""
@@ -448,6 +537,10 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             job = _with_union(job, views)
         if job.unbounded and "COUNT(*)" in job.functions and views.random() < 0.5:
             job = _without_ttl(job)
+        # Lookup joins drawn apart too, for jobs that read no view.
+        lookups = random.Random(seed * 2_000_003 + i)
+        if not job.reads_view and lookups.random() < 0.8:
+            job = _with_lookup(job, lookups)
         jobs.append(job)
     return jobs
 
@@ -703,11 +796,56 @@ GROUP BY user_id, window_start, window_end;
 )
 
 
+#: The example's records joined to their user's factor as the table is when each is read
+#: (inner): u1's is 2 from 100 s and 3 from 380 s (the instant its $8 is read: visible), u2's
+#: 10 from 640 s. u1's $1 at 10 s and u2's $4 at 310 s find none and are left out, yet move
+#: the watermark: u2's still fires [0, 5 min) at 310 s.
+TIERS = (
+    ("u1", BASE + 100_000, 0, False, 2.0),
+    ("u1", BASE + 380_000, 0, False, 3.0),
+    ("u2", BASE + 640_000, 0, False, 10.0),
+)
+LOOKUP_EXAMPLE = replace(
+    EXAMPLE,
+    name="tumble_of_a_lookup_join",
+    script=lookup_script(EXAMPLE, "e.amount * t.factor", inner=True, where=None),
+    lookup=LookupTable(TIERS, inner=True, value=lambda r, f: r.value * f),
+)
+#: The same LEFT joined, aggregating the product (null without a row): SUM skips the nulls,
+#: COUNT(amount) too, COUNT(*) counts every record. (The simulator has no nulls: this job is
+#: compared with the plugin's backfill alone.)
+LOOKUP_LEFT_NULLS = replace(
+    LOOKUP_EXAMPLE,
+    name="tumble_of_a_left_lookup_join_with_nulls",
+    script=lookup_script(
+        replace(
+            EXAMPLE,
+            script=script(
+                ("user_id",),
+                "DOUBLE",
+                300_000,
+                0,
+                5_000,
+                ["SUM", "COUNT(*)", "COUNT"],
+                interval=200,
+                scan_idle=60_000,
+            ),
+        ),
+        "e.amount * t.factor",
+        inner=False,
+        where=None,
+    ),
+    functions=("SUM", "COUNT(*)", "COUNT"),
+    lookup=LookupTable(TIERS, inner=False, value=lambda r, f: None if f is None else r.value * f),
+)
+
+
 def hand_written() -> list[SqlJob]:
     return [
         EXAMPLE,
         VIEWED_EXAMPLE,
         UNION_EXAMPLE,
+        LOOKUP_EXAMPLE,
         HOP_ON_EVENT,
         CUMULATE_ON_EVENT,
         UNBOUNDED_TTL,

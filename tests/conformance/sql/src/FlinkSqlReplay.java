@@ -4,12 +4,14 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.Collections;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -52,13 +54,16 @@ import org.apache.flink.table.connector.ChangelogMode;
 import org.apache.flink.table.connector.ProviderContext;
 import org.apache.flink.table.connector.source.DataStreamScanProvider;
 import org.apache.flink.table.connector.source.DynamicTableSource;
+import org.apache.flink.table.connector.source.LookupTableSource;
 import org.apache.flink.table.connector.source.ScanTableSource;
+import org.apache.flink.table.connector.source.lookup.LookupFunctionProvider;
 import org.apache.flink.table.connector.source.abilities.SupportsWatermarkPushDown;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.factories.DynamicTableSourceFactory;
+import org.apache.flink.table.functions.LookupFunction;
 import org.apache.flink.table.operations.ModifyOperation;
 import org.apache.flink.table.operations.Operation;
 import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
@@ -94,9 +99,10 @@ import org.apache.flink.util.clock.ManualClock;
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
  * {@code r table partition offset pt field1 field2 ...} (the table's physical columns, in
- * order; a TIMESTAMP as epoch ms). The output: {@code columns name ...}, {@code over Function} for an
- * OVER aggregation (the function's class), then {@code rec i W dropped}
- * per record (the window operator's watermark before it, and whether its late-records counter
+ * order; a TIMESTAMP as epoch ms; {@code null}), and for a lookup table ('jdbc', read by the
+ * harness's lookup connector) its rows' versions, {@code v table time seq deleted field1 ...}.
+ * The output: {@code columns name ...}, {@code over Function} for an OVER aggregation (the
+ * function's class), then {@code rec i W dropped} per record (the window operator's watermark before it, and whether its late-records counter
  * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
  * cause}: {@code r<i>}, record i or the watermark it emitted, or {@code t}, a periodic tick;
  * {@code kind}: the row's RowKind, +I, -U, +U or -D).
@@ -182,6 +188,124 @@ public final class FlinkSqlReplay {
         }
     }
 
+    // ---------------------------------------------------------------- the lookup connector
+
+    /** A version of a lookup table's row: from processing time {@code at} (then {@code seq})
+     * on, the row of its key, or no row ({@code deleted}). */
+    record Version(long at, long seq, boolean deleted, GenericRowData row) {}
+
+    /** Per lookup table, its rows' versions, in the feed's order. */
+    static final Map<String, List<Version>> versions = new HashMap<>();
+    /** The processing time of the record being processed: what a lookup reads the table as of
+     * (the database as it is when the lookup join runs for that record). */
+    static long lookupNow = Long.MIN_VALUE;
+
+    /**
+     * 'connector' = 'replay-lookup': what the harness puts in place of a lookup table's
+     * connector. A lookup returns the row of each key (the key columns the join's ON compares)
+     * whose latest version at or before {@link #lookupNow} (largest time, then sequence) is not
+     * a delete: a database read at that instant, with no cache.
+     */
+    public static final class ReplayLookupFactory implements DynamicTableSourceFactory {
+        @Override
+        public String factoryIdentifier() {
+            return "replay-lookup";
+        }
+
+        @Override
+        public Set<ConfigOption<?>> requiredOptions() {
+            return new HashSet<>();
+        }
+
+        @Override
+        public Set<ConfigOption<?>> optionalOptions() {
+            return new HashSet<>();
+        }
+
+        @Override
+        public DynamicTableSource createDynamicTableSource(Context context) {
+            String table = context.getObjectIdentifier().getObjectName();
+            physicalRows.put(table, context.getPhysicalRowDataType());
+            return new ReplayLookupSource(table);
+        }
+    }
+
+    static final class ReplayLookupSource implements LookupTableSource {
+        private final String table;
+
+        ReplayLookupSource(String table) {
+            this.table = table;
+        }
+
+        @Override
+        public LookupRuntimeProvider getLookupRuntimeProvider(LookupContext context) {
+            List<LogicalType> columns = ((RowType) physicalRows.get(table).getLogicalType()).getChildren();
+            List<Integer> keys = new ArrayList<>();
+            for (int[] path : context.getKeys()) {
+                if (path.length != 1) {
+                    throw new IllegalArgumentException("a nested lookup key");
+                }
+                keys.add(path[0]);
+            }
+            return LookupFunctionProvider.of(new ReplayLookup(table, keys, columns));
+        }
+
+        @Override
+        public DynamicTableSource copy() {
+            return new ReplayLookupSource(table);
+        }
+
+        @Override
+        public String asSummaryString() {
+            return "replay-lookup";
+        }
+    }
+
+    public static final class ReplayLookup extends LookupFunction {
+        private final String table;
+        private final List<Integer> keys;
+        private final List<RowData.FieldGetter> keyGetters = new ArrayList<>();
+        private final List<RowData.FieldGetter> rowGetters = new ArrayList<>();
+
+        ReplayLookup(String table, List<Integer> keys, List<LogicalType> columns) {
+            this.table = table;
+            this.keys = keys;
+            for (int i = 0; i < keys.size(); i++) {
+                keyGetters.add(RowData.createFieldGetter(columns.get(keys.get(i)), i));
+                rowGetters.add(RowData.createFieldGetter(columns.get(keys.get(i)), keys.get(i)));
+            }
+        }
+
+        @Override
+        public Collection<RowData> lookup(RowData keyRow) {
+            Map<List<Object>, Version> latest = new LinkedHashMap<>();
+            List<Object> wanted = new ArrayList<>();
+            for (RowData.FieldGetter g : keyGetters) {
+                wanted.add(g.getFieldOrNull(keyRow));
+            }
+            for (Version v : versions.getOrDefault(table, List.of())) {
+                List<Object> key = new ArrayList<>();
+                for (RowData.FieldGetter g : rowGetters) {
+                    key.add(g.getFieldOrNull(v.row()));
+                }
+                if (!key.equals(wanted) || v.at() > lookupNow) {
+                    continue;
+                }
+                Version before = latest.get(key);
+                if (before == null || v.at() > before.at() || v.at() == before.at() && v.seq() > before.seq()) {
+                    latest.put(key, v);
+                }
+            }
+            List<RowData> rows = new ArrayList<>();
+            for (Version v : latest.values()) {
+                if (!v.deleted()) {
+                    rows.add(v.row());
+                }
+            }
+            return rows;
+        }
+    }
+
     // ---------------------------------------------------------------- the translated graph
 
     private static final Pattern SET = Pattern.compile("(?is)^SET\\s+'([^']+)'\\s*=\\s*'([^']*)'$");
@@ -233,7 +357,9 @@ public final class FlinkSqlReplay {
                 target = into.group(1);
                 select = into.group(2);
             } else {
-                tEnv.executeSql(statement.replaceAll("'connector'\\s*=\\s*'kafka'", "'connector' = 'replay'"));
+                tEnv.executeSql(statement
+                        .replaceAll("'connector'\\s*=\\s*'kafka'", "'connector' = 'replay'")
+                        .replaceAll("'connector'\\s*=\\s*'jdbc'", "'connector' = 'replay-lookup'"));
             }
         }
         if (insert == null) {
@@ -553,6 +679,9 @@ public final class FlinkSqlReplay {
     }
 
     private static Object field(LogicalType type, String text) {
+        if (text.equals("null")) {
+            return null;
+        }
         return switch (type.getTypeRoot()) {
             case CHAR, VARCHAR -> StringData.fromString(text);
             case DOUBLE -> Double.parseDouble(text);
@@ -567,8 +696,19 @@ public final class FlinkSqlReplay {
         List<String> tables = new ArrayList<>(); // per record
         List<long[]> meta = new ArrayList<>(); // (partition, offset, pt)
         List<RowData> rows = new ArrayList<>();
+        versions.clear();
         for (String line : feed) {
             String[] f = line.strip().split(" ");
+            if (f[0].equals("v")) { // v table at seq deleted field1 ...: a lookup table's version
+                List<LogicalType> columns = ((RowType) physicalRows.get(f[1]).getLogicalType()).getChildren();
+                GenericRowData row = new GenericRowData(columns.size());
+                for (int c = 0; c < columns.size(); c++) {
+                    row.setField(c, field(columns.get(c), f[5 + c]));
+                }
+                versions.computeIfAbsent(f[1], t -> new ArrayList<>())
+                        .add(new Version(Long.parseLong(f[2]), Long.parseLong(f[3]), f[4].equals("1"), row));
+                continue;
+            }
             if (!f[0].equals("r")) {
                 continue;
             }
@@ -648,6 +788,7 @@ public final class FlinkSqlReplay {
             }
             long before = windowWatermark;
             long dropped = lateDropped();
+            lookupNow = pt;
             splits.get(tables.get(i) + " " + meta.get(i)[0]).collect(rows.get(i), pt);
             out.println("rec " + i + " " + before + " " + (lateDropped() - dropped));
             drain("r" + i, pt);
