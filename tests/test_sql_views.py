@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill.cli import cli
 from feast_stream_backfill.feast_plugin.apply_checks import ApplyCheckError, check_views
 from feast_stream_backfill.feast_plugin.definitions import stream_job
+from tests.conftest import apply_in_process
 from tests.test_feast_integration import feast
 
 REPO = Path(__file__).resolve().parent / "sql_repo"
@@ -60,8 +61,17 @@ def repo(tmp_path_factory, spark, redis_server, monkeypatch_module):
         str(path / "data/archive/transactions")
     )
     monkeypatch_module.setenv("FSB_REDIS", redis_server)
-    feast("apply", cwd=path)
+    # `feast apply`, in this process (its Spark session is the tests').
+    apply_in_process(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def materialized(repo):
+    """The repo after `feast materialize` of its four views to 10:20, the command in a process
+    of its own: the tests that read the logs, the online store and the training rows share it."""
+    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+    return repo
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +87,8 @@ def emission_log(spark, repo: Path, view: str) -> list[tuple]:
     )
 
 
-def test_materialize_and_training_equal_the_feast_declared_job(repo, spark):
-    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+def test_materialize_and_training_equal_the_feast_declared_job(materialized, spark):
+    repo = materialized
     sql = emission_log(spark, repo, "spend_sql")
     assert sql == emission_log(spark, repo, "spend_feast")
     assert [(u, e.strftime("%H:%M:%S.%f")[:-3], *v) for u, _, e, *v in sql] == [
@@ -115,13 +125,15 @@ def test_materialize_and_training_equal_the_feast_declared_job(repo, spark):
     assert spend == [None, 35.0, 3.0, 4.0]
 
 
-def test_an_unbounded_group_by_equals_its_feast_declared_processing_time_sessions(repo, spark):
+def test_an_unbounded_group_by_equals_its_feast_declared_processing_time_sessions(
+    materialized, spark
+):
     """user_totals.sql: every record updates its user's totals at its processing time (its
     partition's highest event time so far); a state expires 5 min after its last update.
     u1: 10:00:10 $10, 10:01:00 $30, 10:04:59 $35, p1's 10:05:05 $39, then 10:10:30, past
     10:05:05 + 5 min: afresh, $1. u2: 10:02:00 $3, 10:05:04.999 $10, 10:10:10 (past
     10:10:04.999): afresh, $2."""
-    feast("materialize", "2026-01-01T00:00:00", "2026-01-01T10:20:00", cwd=repo)
+    repo = materialized
     logs = {
         view: sorted(
             tuple(r)
