@@ -31,21 +31,23 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 #: The files that take longest, longest first (the sums of their tests' phases in
-#: ``bash scripts/test.sh --durations=120``). scripts/test.sh hands whole files to two
-#: processes in collection order (``--dist loadfile --no-loadscope-reorder``): a long file
-#: handed out last kept one process busy alone at the end, so these go out first.
+#: ``bash scripts/test.sh --durations=120``, and each file run alone). scripts/test.sh hands
+#: whole files to two processes in collection order (``--dist loadfile
+#: --no-loadscope-reorder``): a long file handed out last kept one process busy alone at the
+#: end, so these go out first.
 SLOWEST_FILES = (
     "test_install.py",
     "test_differential_unsorted.py",
     "test_differential.py",
-    "test_differential_hypothesis.py",
     "test_hostile_input.py",
+    "test_sql_views.py",
+    "test_differential_hypothesis.py",
+    "test_feast_integration.py",
+    "test_faults.py",
     "test_explain_cli.py",
     "test_enrichment_differential.py",
     "test_idleness.py",
-    "test_feast_integration.py",
     "test_materialize.py",
-    "test_sql_views.py",
     "test_flink_sql_conformance.py",
 )
 
