@@ -298,7 +298,8 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             OVER.replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), pt AS PROCTIME(),")
             .replace("ORDER BY ts", "ORDER BY pt")
             .replace("SELECT user_id, ts,", "SELECT user_id,"),
-            "line 8, column 44: an OVER window ordered by the processing time pt is not supported",
+            "line 8, column 44: an OVER window ordered by the processing time pt over a bounded "
+            "RANGE frame is not supported",
         ),
         (
             "SET 'table.exec.unbounded-over.version' = '1';\n"
@@ -364,7 +365,8 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         (
             "SET 'table.exec.state.ttl' = '1 h';\n" + script(),
             "line 1, column 1: SET 'table.exec.state.ttl' with a window aggregation is not "
-            "supported: the state TTL is modelled for an unbounded GROUP BY only",
+            "supported: the state TTL is modelled for an unbounded GROUP BY and a "
+            "processing-time OVER only",
         ),
         (
             "SET 'table.exec.mini-batch.enabled' = 'true';\n" + UNBOUNDED,
@@ -671,6 +673,38 @@ INSERT INTO""",
         ("u2", 8.0, 8.0),
         ("u1", 20.0, 16.0),
     ]
+
+
+#: The unbounded aggregation as an OVER ordered by processing time: each transaction written
+#: with its user's running spend, the state expiring 10 minutes after its last update.
+PROC_OVER = UNBOUNDED.replace("ts TIMESTAMP(3)", "ts TIMESTAMP(3), pt AS PROCTIME()").replace(
+    "SELECT user_id, SUM(amount) AS spend, MAX(amount) AS largest\nFROM transactions\n"
+    "GROUP BY user_id;",
+    "SELECT user_id, SUM(amount) OVER w AS spend, MAX(amount) OVER w AS largest\n"
+    "FROM transactions\nWINDOW w AS (PARTITION BY user_id ORDER BY pt);",
+)
+
+
+def test_a_processing_time_over_from_unbounded_preceding_maps_as_the_unbounded_group_by():
+    """Flink runs it with ProcTimeUnboundedPrecedingFunction: every record updates its key's
+    accumulator under the state TTL and is written, as the GROUP BY with a TTL; without a TTL
+    the state never expires, and no COUNT(*) is needed (no update is skipped)."""
+    archives = {"transactions": ArchivedTopic("transactions")}
+    assert "OVER w" in PROC_OVER
+    over = job_from_sql(None, PROC_OVER, archives)
+    group_by = job_from_sql(None, UNBOUNDED, archives)
+    assert (over.window, over.trigger) == (group_by.window, group_by.trigger)
+    assert over.window == SessionWindows(gap_ms=600_000, domain="processing")
+    rows = PROC_OVER.replace("ORDER BY pt)", "ORDER BY pt ROWS UNBOUNDED PRECEDING)")
+    assert job_from_sql(None, rows, archives) == over
+    forever = job_from_sql(
+        None, PROC_OVER.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""), archives
+    )
+    assert forever.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
+    with pytest.raises(UnsupportedSqlError, match="over a bounded ROWS frame is not supported"):
+        job_from_sql(
+            None, PROC_OVER.replace("ORDER BY pt)", "ORDER BY pt ROWS 2 PRECEDING)"), archives
+        )
 
 
 def test_an_over_aggregation_reads_a_view():

@@ -42,6 +42,8 @@ from tests.conformance.sql.jobs import (
     OVER_RANGE_UNBOUNDED,
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
+    PROC_OVER_FOREVER,
+    PROC_OVER_TTL,
     UNBOUNDED_FOREVER,
     UNBOUNDED_TTL,
     UNION_EXAMPLE,
@@ -231,6 +233,33 @@ def test_flink_sql_updates_the_hand_computed_group_by_until_its_state_expires(ru
     assert odd == []
 
 
+def test_flink_sql_writes_the_hand_computed_processing_time_over_as_the_group_by(runs):
+    # ORDER BY a PROCTIME() column from UNBOUNDED PRECEDING: Flink keeps the accumulator under
+    # the state TTL as the GROUP BY does, and writes every update: the GROUP BY's rows.
+    group_by = flink_log(runs[UNBOUNDED_TTL.name][1], UNBOUNDED_TTL)
+    job, run = runs[PROC_OVER_TTL.name]
+    assert "OVER w" in job.script and "GROUP BY" not in job.script
+    assert flink_log(run, job) == group_by
+    assert run.over_function == "ProcTimeUnboundedPrecedingFunction"
+
+
+def test_flink_sql_writes_every_update_of_a_processing_time_over_without_a_ttl(runs):
+    # No TTL: a's state holds its et 14 (11 = 1 + 2 + 8) and its et 23 adds 0: written again,
+    # unchanged (the GROUP BY without a TTL skips such an update).
+    job, run = runs[PROC_OVER_FOREVER.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions, key=lambda e: (e[0], e[3], e[4])) == [
+        ("a", None, None, 0, 0, "per_record", 1.0, 1.0),
+        ("a", None, None, 4, 0, "per_record", 3.0, 2.0),
+        ("a", None, None, 14, 0, "per_record", 11.0, 8.0),
+        ("a", None, None, 23, 0, "per_record", 11.0, 8.0),
+        ("b", None, None, 2, 0, "per_record", 4.0, 4.0),
+        ("b", None, None, 11, 0, "per_record", 20.0, 16.0),
+        ("b", None, None, 11, 1, "per_record", 20.0, 16.0),
+    ]
+    assert (dropped, odd) == ({}, [])
+
+
 def test_flink_sql_updates_the_hand_computed_group_by_without_a_ttl_forever(runs):
     # No TTL: a's pt 14 joins the state of pt 0 and 4; each update counts one more record, so
     # none equals the one before and every one is written. Rows: SUM, COUNT(*).
@@ -349,7 +378,10 @@ def test_identical_to_the_simulator_of_the_mapped_job(runs, job):
 
 def test_the_random_jobs_cover_every_construct(runs):
     kinds = Counter(j.window for j in RANDOM)
-    assert min(kinds[k] for k in ("TUMBLE", "HOP", "CUMULATE", "SESSION", "GROUP BY")) >= 2
+    assert min(kinds[k] for k in ("TUMBLE", "HOP", "CUMULATE", "SESSION")) >= 2
+    # Per-record aggregations: a GROUP BY, and OVERs ordered by processing time.
+    assert kinds["GROUP BY"] >= 1
+    assert sum(j.proc_over != "" for j in RANDOM) >= 2
     frames = ("RANGE", "ROWS", "RANGE UNBOUNDED", "ROWS UNBOUNDED")
     assert min(kinds[f"OVER {f}"] for f in frames) >= 2
     dropped = Counter()

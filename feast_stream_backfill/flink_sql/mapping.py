@@ -40,6 +40,13 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   an update equal to the previous result (``GroupAggHelper``), not modelled: refused, unless
   a ``COUNT(*)`` makes every update differ; then the session never ends
   (:data:`NEVER_EXPIRES`).
+- An ``OVER`` from ``UNBOUNDED PRECEDING`` ordered by a ``PROCTIME()`` column, ``ROWS`` or
+  ``RANGE`` alike, runs ``ProcTimeUnboundedPrecedingFunction``: each record adds to its key's
+  accumulator and is written at once with it, every one (no update is skipped), the
+  accumulator under the same processing-time TTL as ``GroupAggFunction``'s. That is the
+  unbounded ``GROUP BY``'s mapping with every update written: a processing-time session of gap
+  TTL (:data:`NEVER_EXPIRES` without one) fired by each record. Bounded processing-time frames
+  fire on timers (``ProcTimeRangeBoundedPrecedingFunction``): refused.
 - An ``OVER`` aggregation ordered by the rowtime (``StreamExecOverAggregate`` picks its
   function by frame) keeps each row until the watermark reaches its time (an event-time timer
   at it), then writes it with the aggregate of its frame among its key's rows. With a ``RANGE``
@@ -185,7 +192,7 @@ def job_from_sql(
     ]
     derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
     where = _where(chosen, paths)
-    if chosen.unbounded:
+    if chosen.per_record:
         if spark is not None:
             for topic in topics:
                 _check_no_nan(spark, topic, chosen, types, lookups)
@@ -203,7 +210,7 @@ def job_from_sql(
         raise _refused(
             settings.state_ttl,
             f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
-            "the state TTL is modelled for an unbounded GROUP BY only",
+            "the state TTL is modelled for an unbounded GROUP BY and a processing-time OVER only",
         )
     watermark, topics = _watermarks(settings, paths, topics)
     if spark is not None:
@@ -251,17 +258,17 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
 
 
 def _state_ttl(settings: _Settings, insert: AggregatingInsert) -> int:
-    """An unbounded aggregation's state TTL, the gap of its processing-time session; without
-    one (not set, or 0: Flink's default, state kept forever), :data:`NEVER_EXPIRES`, where a
-    ``COUNT(*)`` changes the result with every record. Without a TTL, Flink's
-    ``GroupAggHelper`` skips an update equal to the key's previous result, which the model does
-    not state; an update that counts the key's records is never equal to the one before, so
-    then every update is written, as with a TTL that never ends."""
+    """A per-record aggregation's state TTL, the gap of its processing-time session; without
+    one (not set, or 0: Flink's default, state kept forever), :data:`NEVER_EXPIRES`, for a
+    processing-time ``OVER`` and where a ``COUNT(*)`` changes the result with every record.
+    Without a TTL, Flink's ``GroupAggHelper`` skips an update equal to the key's previous
+    result, which the model does not state; an update that counts the key's records is never
+    equal to the one before, so then every update is written, as with a TTL that never ends."""
     ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
     if ttl > 0:
         return ttl
-    if any(_counts_records(a, insert) for a in insert.aggregates):
-        return NEVER_EXPIRES
+    if insert.processing_time or any(_counts_records(a, insert) for a in insert.aggregates):
+        return NEVER_EXPIRES  # ProcTimeUnboundedPrecedingFunction writes every update
     where = settings.state_ttl.at if settings.state_ttl is not None else insert.at
     raise UnsupportedSqlError(
         f"an unbounded GROUP BY without {STATE_TTL!r} or COUNT(*)",
@@ -370,7 +377,7 @@ def _check_source(path: _Path, insert: AggregatingInsert) -> None:
             EMIT_STRATEGY,
         ):
             raise _refused(option, f"the option {option.key!r}")
-    if insert.unbounded:
+    if insert.per_record:
         return
     if table.watermark is None:
         raise UnsupportedSqlError(

@@ -209,6 +209,7 @@ class AggregatingInsert:
     time_at: Position | None = None
     frame: str = RANGE
     preceding_rows: int | None = None
+    processing_time: bool = False
 
     @property
     def unbounded(self) -> bool:
@@ -217,6 +218,12 @@ class AggregatingInsert:
     @property
     def over(self) -> bool:
         return self.window == OVER
+
+    @property
+    def per_record(self) -> bool:
+        """It writes a key's aggregate with every record, at its processing time: an unbounded
+        ``GROUP BY``, or an ``OVER`` from ``UNBOUNDED PRECEDING`` ordered by processing time."""
+        return self.unbounded or self.processing_time
 
 
 @dataclass(frozen=True)
@@ -974,15 +981,24 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
         aggregates.append(_aggregate_call(call, alias, aggregated, _table_name(source)))
     assert window is not None  # _insert routes here only with an OVER aggregate
     relation = relations.get(_table_name(source))
-    if isinstance(relation, Table) and window.time_column == relation.proc_time:
+    processing_time = isinstance(relation, Table) and window.time_column == relation.proc_time
+    if processing_time and window.preceding is not None:
         at = window.time_at
         raise UnsupportedSqlError(
-            f"an OVER window ordered by the processing time {window.time_column}",
+            f"an OVER window ordered by the processing time {window.time_column} over a "
+            f"bounded {window.frame.upper()} frame",
             at.line,
             at.column,
-            "OVER aggregations ordered by the table's watermarked column are mapped",
+            "from UNBOUNDED PRECEDING is mapped (Flink's bounded processing-time frames fire "
+            "on timers the model does not state)",
         )
-    _check_columns(select, (*window.partition_by, window.time_column), types, _table_name(source))
+    time_types = {window.time_column: "TIMESTAMP_LTZ(3)"} if processing_time else {}
+    _check_columns(
+        select,
+        (*window.partition_by, window.time_column),
+        {**types, **time_types},
+        _table_name(source),
+    )
     _refuse_enriched_keys(select, window.partition_by, aggregated)
     for column in columns:
         name = _name(column)
@@ -1008,6 +1024,7 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
         time_at=window.time_at,
         frame=window.frame,
         preceding_rows=window.preceding if window.frame == ROWS else None,
+        processing_time=processing_time,
     )
 
 

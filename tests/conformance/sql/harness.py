@@ -86,6 +86,11 @@ class LookupTable:
         return None if latest[3] else latest[4]
 
 
+#: The function Flink 2.3's planner runs an OVER from UNBOUNDED PRECEDING ordered by processing
+#: time with, ROWS or RANGE.
+PROC_OVER_FUNCTION = "ProcTimeUnboundedPrecedingFunction"
+
+
 @dataclass(frozen=True)
 class SqlJob:
     """A script and its archive. A record's ``key`` holds its key columns' values joined by
@@ -126,6 +131,9 @@ class SqlJob:
     view_value: Callable[[Record], float] | None = field(default=None, compare=False)
     #: The view joins :data:`LOOKUP_TABLE` (its ``amount`` the lookup's value).
     lookup: LookupTable | None = field(default=None, compare=False)
+    #: "range" or "rows": the unbounded aggregation (``ttl``) is an OVER from UNBOUNDED
+    #: PRECEDING ordered by the table's PROCTIME() column (of that frame), not a GROUP BY.
+    proc_over: str = ""
 
     def kept(self, record: Record) -> bool:
         """The INSERT reads the record (``record`` as the table holds it)."""
@@ -199,6 +207,8 @@ class SqlJob:
     def window(self) -> str:
         if self.is_over:
             return f"OVER {self.frame}"
+        if self.proc_over:
+            return f"OVER PROCTIME {self.proc_over.upper()} UNBOUNDED"
         if self.unbounded:
             return "GROUP BY"
         if self.session:
@@ -325,6 +335,8 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     odd = []
     if job.is_over and run.over_function != OVER_FUNCTIONS[job.frame]:
         odd.append(f"Flink ran {job.frame} with {run.over_function or 'no OVER function'}")
+    if job.proc_over and run.over_function != PROC_OVER_FUNCTION:
+        odd.append(f"Flink ran {job.window} with {run.over_function or 'no OVER function'}")
     for _cause, time, _wm, *row in run.fired:
         key = "|".join(row[:n_keys])
         if job.is_over:

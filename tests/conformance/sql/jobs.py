@@ -399,6 +399,32 @@ def _with_lookup(job: SqlJob, rng: random.Random) -> SqlJob:
     )
 
 
+#: The frames of a processing-time OVER from UNBOUNDED PRECEDING, as a script may write them.
+PROC_FRAMES = (
+    "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+    "ROWS UNBOUNDED PRECEDING",
+    "",
+)
+
+
+def proc_time_over(job: SqlJob, frame: str, ttl: bool) -> SqlJob:
+    """``job``, an unbounded ``GROUP BY``, as the ``OVER`` of its aggregates ordered by the
+    table's ``PROCTIME()`` column from UNBOUNDED PRECEDING (``frame``, as written), partitioned
+    by its keys, with its state TTL or (``ttl`` False) without one."""
+    assert job.unbounded and not job.reads_view
+    script = job.script.replace("ts TIMESTAMP(3)", "ts TIMESTAMP(3), proc_time AS PROCTIME()", 1)
+    keys = ", ".join(job.keys)
+    script = re.sub(r"\) AS (a\d+)", r") OVER w AS \1", script)
+    script = script.replace("INSERT INTO totals", "INSERT INTO rolling_totals")
+    window = f"PARTITION BY {keys} ORDER BY proc_time" + (f" {frame}" if frame else "")
+    script = script.replace(f"GROUP BY {keys};", f"WINDOW w AS ({window});")
+    if not ttl:
+        script = re.sub(r"SET 'table\.exec\.state\.ttl' = '[^']*';\n", "", script)
+    frame_name = "rows" if frame.startswith("ROWS") else "range"
+    return replace(job, script=script, ttl=job.ttl if ttl else NEVER_EXPIRES, proc_over=frame_name)
+
+
 def _without_ttl(job: SqlJob) -> SqlJob:
     """An unbounded ``GROUP BY`` with ``COUNT(*)`` (every update differs from the one before)
     without ``table.exec.state.ttl``: its state never expires."""
@@ -537,9 +563,14 @@ def generated(n: int, seed: int) -> list[SqlJob]:
             job = _with_union(job, views)
         if job.unbounded and "COUNT(*)" in job.functions and views.random() < 0.5:
             job = _without_ttl(job)
-        # Lookup joins drawn apart too, for jobs that read no view.
+        # Processing-time OVERs, from GROUP BYs, and lookup joins, for jobs that read no
+        # view, drawn apart too.
+        procs = random.Random(seed * 3_000_003 + i)
+        if job.unbounded and not job.reads_view and procs.random() < 0.9:
+            ttl = "state.ttl" in job.script and procs.random() < 0.6
+            job = proc_time_over(job, procs.choice(PROC_FRAMES), ttl)
         lookups = random.Random(seed * 2_000_003 + i)
-        if not job.reads_view and lookups.random() < 0.8:
+        if not job.reads_view and not job.proc_over and lookups.random() < 0.8:
             job = _with_lookup(job, lookups)
         jobs.append(job)
     return jobs
@@ -671,6 +702,20 @@ UNBOUNDED_FOREVER = _without_ttl(
         ),
         functions=("SUM", "COUNT(*)"),
     )
+)
+
+
+#: The GROUP BY with a TTL as a processing-time OVER: the same rows (Flink's
+#: ProcTimeUnboundedPrecedingFunction keeps its state under the same TTL, and writes every
+#: update).
+PROC_OVER_TTL = replace(
+    proc_time_over(UNBOUNDED_TTL, "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW", ttl=True),
+    name="proc_time_over_ttl",
+)
+#: Without a TTL, and no COUNT(*): unlike the GROUP BY's, every update is written, those
+#: that change nothing too.
+PROC_OVER_FOREVER = replace(
+    proc_time_over(UNBOUNDED_TTL, "", ttl=False), name="proc_time_over_forever"
 )
 
 
@@ -854,4 +899,6 @@ def hand_written() -> list[SqlJob]:
         OVER_ROWS,
         OVER_RANGE_UNBOUNDED,
         OVER_ROWS_UNBOUNDED,
+        PROC_OVER_TTL,
+        PROC_OVER_FOREVER,
     ]

@@ -429,10 +429,13 @@ public final class FlinkSqlReplay {
                     && p.getUserFunction().getClass().getPackageName().equals(OVER_PACKAGE)) {
                 // An event-time OVER function: RowTimeRangeBoundedPrecedingFunction,
                 // RowTimeRowsBoundedPrecedingFunction or RowTimeUnboundedPrecedingOverFunctionV2
-                // (the harness checks which one the planner chose for the frame).
+                // (the harness checks which one the planner chose for the frame); or
+                // ProcTimeUnboundedPrecedingFunction, which drops nothing.
                 Object over = p.getUserFunction();
                 windowStage = stages.size();
-                overLate = lateCounter(over);
+                if (!over.getClass().getSimpleName().startsWith("ProcTime")) {
+                    overLate = lateCounter(over);
+                }
                 out.println("over " + over.getClass().getSimpleName());
             }
             stages.add(harness);
