@@ -262,12 +262,21 @@ PREDICTION_TIME = click.option(
     help="With --sql: the Delta table of a Kafka table's records (columns partition, offset, "
     "the watermark's column and the payload), by table or topic name; repeatable.",
 )
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="TABLE=KIND:PATH",
+    help="With --sql: the history of a table the script's lookup joins read, a Delta table: "
+    "KIND scd (valid_from, valid_to), cdc (change_time, op) or delta (its own history), keyed "
+    "by the columns the join compares; repeatable.",
+)
 @click.option("--insert", help="With --sql: the INSERT's target table, where there are several.")
 @click.option(
     "-o", "--output", help="With --sql: the emission log's Delta table (dropped records beside)."
 )
 @click.pass_obj
-def backfill(ctx: Context, view, script, archives, insert, output) -> None:
+def backfill(ctx: Context, view, script, archives, states, insert, output) -> None:
     """Write the emission log: every value the job would have written, and when.
 
     VIEW: the stream view's log where the offline store keeps it (as materialize would).
@@ -275,8 +284,8 @@ def backfill(ctx: Context, view, script, archives, insert, output) -> None:
     """
     if (view is None) == (script is None):
         raise click.UsageError("give a VIEW of the feature repo, or --sql with a script")
-    if script is None and (archives or insert or output):
-        raise click.UsageError("--archive, --insert and --output go with --sql")
+    if script is None and (archives or states or insert or output):
+        raise click.UsageError("--archive, --state, --insert and --output go with --sql")
     with ctx.guarded("backfill"), _progress(2, "backfilling") as step:
         if script is None:
             from feast_stream_backfill.feast_plugin.view_rows import emissions_for, project_logs
@@ -289,13 +298,13 @@ def backfill(ctx: Context, view, script, archives, insert, output) -> None:
                 raise click.UsageError(str(exc)) from exc
             where = f"{project_logs(store.config, store.config.project)}/{view}"
         else:
-            where, emissions = _backfill_sql(script, archives, insert, output, step)
+            where, emissions = _backfill_sql(script, archives, states, insert, output, step)
         step("counting")
         count = emissions.count()
     click.echo(f"{count:,} emissions written to {where}")
 
 
-def _backfill_sql(script: Path, archives, insert, output, step) -> tuple[str, DataFrame]:
+def _backfill_sql(script: Path, archives, states, insert, output, step) -> tuple[str, DataFrame]:
     from feast_stream_backfill.emission_store import ensure_emission_log
     from feast_stream_backfill.flink_sql import job_from_sql
     from feast_stream_backfill.spark import get_spark
@@ -307,15 +316,46 @@ def _backfill_sql(script: Path, archives, insert, output, step) -> tuple[str, Da
         name, sep, path = given.partition("=")
         if not sep or not name or not path:
             raise click.UsageError(f"--archive {given!r}: expected TABLE=PATH")
-        tables[name] = str(Path(path).resolve()) if "://" not in path else path
-    spark = get_spark()
-    step("reading the script and the archive, backfilling")
+        tables[name] = _absolute(path)
+    text = script.read_text()
     try:
-        job = job_from_sql(spark, script.read_text(), tables, insert)
+        histories = _states(text, states)
+        spark = get_spark()
+        step("reading the script and the archive, backfilling")
+        job = job_from_sql(spark, text, tables, insert, histories)
     except ValueError as exc:  # an UnsupportedSqlError names the construct, line and column
         raise click.UsageError(f"{script}: {exc}") from exc
-    path = str(Path(output).resolve()) if "://" not in output else output
+    path = _absolute(output)
     return path, ensure_emission_log(spark, job, path)
+
+
+def _absolute(path: str) -> str:
+    return str(Path(path).resolve()) if "://" not in path else path
+
+
+def _states(script: str, given: tuple[str, ...]) -> dict:
+    """``--state TABLE=KIND:PATH`` as the state sources ``job_from_sql`` takes, each keyed by
+    the columns the script's lookup join compares."""
+    from feast_stream_backfill.enrichment import CdcLog, DeltaHistory, ScdTable
+    from feast_stream_backfill.flink_sql import lookup_keys
+
+    kinds = {"scd": ScdTable, "cdc": CdcLog, "delta": DeltaHistory}
+    keys = lookup_keys(script)
+    states = {}
+    for option in given:
+        name, sep, rest = option.partition("=")
+        kind, colon, path = rest.partition(":")
+        if not sep or not colon or not path or kind not in kinds:
+            raise click.UsageError(
+                f"--state {option!r}: expected TABLE=KIND:PATH, KIND one of {', '.join(kinds)}"
+            )
+        if name not in keys:
+            raise click.UsageError(
+                f"--state {option!r}: the script looks up no table {name!r} "
+                f"({', '.join(keys) or 'it has no lookup join'})"
+            )
+        states[name] = kinds[kind](name, keys[name], path=_absolute(path))
+    return states
 
 
 @cli.command()

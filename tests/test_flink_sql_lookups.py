@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from click.testing import CliRunner
 from delta.tables import DeltaTable
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.data_format import DeltaFormat, JsonFormat
@@ -15,6 +16,7 @@ from feast.types import Float64, Int64, String
 
 from feast_stream_backfill import backfill
 from feast_stream_backfill.aggregations import Aggregation
+from feast_stream_backfill.cli import cli
 from feast_stream_backfill.enrichment import CdcLog, Lookup, ScdTable
 from feast_stream_backfill.errors import UnsupportedSqlError
 from feast_stream_backfill.feast_plugin import sql_tags
@@ -67,13 +69,8 @@ def test_a_lookup_join_maps_onto_a_lookup_at_processing_time():
     assert [lookup.how for lookup in left.lookups] == ["left"]
 
 
-def test_a_lookup_join_reads_the_rate_of_the_moment_each_record_is_processed(spark):
-    """One partition in event-time order: each record is processed at its event time. EUR is
-    1.5 from 10:01 and 2.0 from 10:06:20, the instant u1's 8 EUR is read (a version written
-    then is read). u2's GBP has no rate until 10:10:40: its 10:05:10 record is left out, yet
-    its watermark fires [10:00, 10:05) for u1 (2 EUR at 1.5; the 1 EUR at 10:00:10 found no
-    rate). The -3 is filtered by the view's WHERE."""
-    records = spark.sql(
+def _transactions(spark):
+    return spark.sql(
         "SELECT partition, offset, to_timestamp(ts) AS ts, user_id, currency, amount FROM VALUES "
         "(0, 0L, '2026-01-01 10:00:10', 'u1', 'EUR', 1D),"
         "(0, 1L, '2026-01-01 10:02:50', 'u1', 'EUR', 2D),"
@@ -84,17 +81,18 @@ def test_a_lookup_join_reads_the_rate_of_the_moment_each_record_is_processed(spa
         "(0, 6L, '2026-01-01 10:12:20', 'u1', 'EUR', 32D)"
         " AS t(partition, offset, ts, user_id, currency, amount)"
     )
-    log = spark.sql(
+
+
+def _rates(spark):
+    return spark.sql(
         "SELECT currency, rate, to_timestamp(at) AS change_time, 'upsert' AS op FROM VALUES "
         "('EUR', 1.5D, '2026-01-01 10:01:00'), ('EUR', 2.0D, '2026-01-01 10:06:20'),"
         "('GBP', 1.25D, '2026-01-01 10:10:40') AS t(currency, rate, at)"
     )
-    topic = ArchivedTopic("transactions", dataframe=records, timestamp_col="ts")
-    rates = CdcLog("rates", ["currency"], dataframe=log)
-    result = backfill(
-        spark, job_from_sql(spark, LOOKUP, {"transactions": topic}, states={"rates": rates})
-    )
-    rows = [
+
+
+def _rows(emissions) -> list[tuple]:
+    return [
         (
             r["user_id"],
             r["window_start"].strftime("%H:%M"),
@@ -102,12 +100,47 @@ def test_a_lookup_join_reads_the_rate_of_the_moment_each_record_is_processed(spa
             r["spend_usd_5m"],
             r["n_5m"],
         )
-        for r in result.emissions.orderBy("emit_time", "user_id").collect()
+        for r in emissions.orderBy("emit_time", "user_id").collect()
     ]
-    assert rows == [("u1", "10:00", "10:05:10", 3.0, 1), ("u1", "10:05", "10:10:40", 16.0, 1)]
+
+
+#: One partition in event-time order: each record is processed at its event time. EUR is 1.5
+#: from 10:01 and 2.0 from 10:06:20, the instant u1's 8 EUR is read (a version written then is
+#: read). u2's GBP has no rate until 10:10:40: its 10:05:10 record is left out, yet its
+#: watermark fires [10:00, 10:05) for u1 (2 EUR at 1.5; the 1 EUR at 10:00:10 found no rate).
+#: The -3 is filtered by the view's WHERE.
+EXPECTED = [("u1", "10:00", "10:05:10", 3.0, 1), ("u1", "10:05", "10:10:40", 16.0, 1)]
+
+
+def test_a_lookup_join_reads_the_rate_of_the_moment_each_record_is_processed(spark):
+    topic = ArchivedTopic("transactions", dataframe=_transactions(spark), timestamp_col="ts")
+    rates = CdcLog("rates", ["currency"], dataframe=_rates(spark))
+    result = backfill(
+        spark, job_from_sql(spark, LOOKUP, {"transactions": topic}, states={"rates": rates})
+    )
+    assert _rows(result.emissions) == EXPECTED
     assert result.stats["records_filtered"] == 1
     assert result.stats["records_without_state"] == 2
     result.release()
+
+
+def test_the_cli_backfills_a_lookup_join_with_its_tables_history(spark, tmp_path):
+    """``backfill --sql --state rates=cdc:PATH``: the history keyed by the join's columns."""
+    _transactions(spark).write.format("delta").save(str(tmp_path / "transactions"))
+    _rates(spark).write.format("delta").save(str(tmp_path / "rates"))
+    (tmp_path / "spend.sql").write_text(LOOKUP)
+    runner = CliRunner()
+    base = ["backfill", "--sql", str(tmp_path / "spend.sql")]
+    base += ["--archive", f"transactions={tmp_path / 'transactions'}", "-o", str(tmp_path / "log")]
+    result = runner.invoke(cli, [*base, "--state", f"rates=cdc:{tmp_path / 'rates'}"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"2 emissions written to {tmp_path / 'log'}\n"
+    assert _rows(spark.read.format("delta").load(str(tmp_path / "log"))) == EXPECTED
+    result = runner.invoke(cli, [*base, "--state", f"fx=cdc:{tmp_path / 'rates'}"])
+    assert result.exit_code == 2
+    assert "the script looks up no table 'fx' (rates)" in result.output
+    result = runner.invoke(cli, base)
+    assert "no state given for the lookup table 'rates' of view in_usd" in result.output
 
 
 @pytest.mark.parametrize(

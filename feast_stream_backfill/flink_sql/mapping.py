@@ -231,6 +231,17 @@ def job_from_sql(
     )
 
 
+def lookup_keys(script: str) -> dict[str, list[str]]:
+    """Each table the script's views look up, and the columns of it their ``ON`` compares
+    (the keys its history must have)."""
+    return {
+        branch.lookup.table: [column for _, column in branch.lookup.on]
+        for view in read_script(script).views
+        for branch in view.branches
+        if branch.lookup is not None
+    }
+
+
 @dataclass(frozen=True)
 class _Settings:
     """The script's ``SET`` options the mapping reads: the periodic tick, the source idle
