@@ -118,13 +118,8 @@ public final class FlinkSqlReplay {
     static final Map<String, WatermarkStrategy<RowData>> pushed = new HashMap<>();
     static final Map<String, DataType> physicalRows = new HashMap<>();
 
-    /** 'connector' = 'replay': what the harness puts in place of 'kafka'. Options unchecked. */
-    public static final class ReplayFactory implements DynamicTableSourceFactory {
-        @Override
-        public String factoryIdentifier() {
-            return "replay";
-        }
-
+    /** A test connector's factory: the table's options (the production connector's) unchecked. */
+    abstract static class UncheckedOptionsFactory implements DynamicTableSourceFactory {
         @Override
         public Set<ConfigOption<?>> requiredOptions() {
             return new HashSet<>();
@@ -133,6 +128,14 @@ public final class FlinkSqlReplay {
         @Override
         public Set<ConfigOption<?>> optionalOptions() {
             return new HashSet<>();
+        }
+    }
+
+    /** 'connector' = 'replay': what the harness puts in place of 'kafka'. */
+    public static final class ReplayFactory extends UncheckedOptionsFactory {
+        @Override
+        public String factoryIdentifier() {
+            return "replay";
         }
 
         @Override
@@ -206,20 +209,10 @@ public final class FlinkSqlReplay {
      * whose latest version at or before {@link #lookupNow} (largest time, then sequence) is not
      * a delete: a database read at that instant, with no cache.
      */
-    public static final class ReplayLookupFactory implements DynamicTableSourceFactory {
+    public static final class ReplayLookupFactory extends UncheckedOptionsFactory {
         @Override
         public String factoryIdentifier() {
             return "replay-lookup";
-        }
-
-        @Override
-        public Set<ConfigOption<?>> requiredOptions() {
-            return new HashSet<>();
-        }
-
-        @Override
-        public Set<ConfigOption<?>> optionalOptions() {
-            return new HashSet<>();
         }
 
         @Override
@@ -516,28 +509,36 @@ public final class FlinkSqlReplay {
             return;
         }
         OneInputStreamOperatorTestHarness<RowData, RowData> h = stages.get(i);
-        if (element instanceof StreamRecord<?> r) {
+        RowDataSerializer network = networkInputs.get(i);
+        if (element instanceof StreamRecord<?> r && network != null) {
             @SuppressWarnings("unchecked")
-            StreamRecord<RowData> row = (StreamRecord<RowData>) r;
-            RowDataSerializer network = networkInputs.get(i);
-            if (network != null) {
-                row = new StreamRecord<>(network.toBinaryRow(row.getValue()).copy(), row.getTimestamp());
+            RowData row = ((StreamRecord<RowData>) r).getValue();
+            element = new StreamRecord<>(network.toBinaryRow(row).copy(), r.getTimestamp());
+        } else if (element instanceof Watermark w && i == windowStage) {
+            windowWatermark = w.getTimestamp();
+        }
+        if (feed(h, element)) {
+            Object o;
+            while ((o = h.getOutput().poll()) != null) {
+                push(i + 1, o, sunk);
             }
-            h.processElement(row);
+        }
+    }
+
+    /** Feed a record, watermark or watermark status into {@code h}; false for anything else. */
+    @SuppressWarnings("unchecked")
+    private static boolean feed(OneInputStreamOperatorTestHarness<RowData, RowData> h, Object element)
+            throws Exception {
+        if (element instanceof StreamRecord<?> r) {
+            h.processElement((StreamRecord<RowData>) r);
         } else if (element instanceof Watermark w) {
-            if (i == windowStage) {
-                windowWatermark = w.getTimestamp();
-            }
             h.processWatermark(w);
         } else if (element instanceof WatermarkStatus s) {
             h.processWatermarkStatus(s);
         } else {
-            return;
+            return false;
         }
-        Object o;
-        while ((o = h.getOutput().poll()) != null) {
-            push(i + 1, o, sunk);
-        }
+        return true;
     }
 
     /**
@@ -559,20 +560,11 @@ public final class FlinkSqlReplay {
             return;
         }
         OneInputStreamOperatorTestHarness<RowData, RowData> h = branch.get(i);
-        if (element instanceof StreamRecord<?> r) {
-            @SuppressWarnings("unchecked")
-            StreamRecord<RowData> row = (StreamRecord<RowData>) r;
-            h.processElement(row);
-        } else if (element instanceof Watermark w) {
-            h.processWatermark(w);
-        } else if (element instanceof WatermarkStatus s) {
-            h.processWatermarkStatus(s);
-        } else {
-            return;
-        }
-        Object o;
-        while ((o = h.getOutput().poll()) != null) {
-            pushBranch(table, i + 1, o);
+        if (feed(h, element)) {
+            Object o;
+            while ((o = h.getOutput().poll()) != null) {
+                pushBranch(table, i + 1, o);
+            }
         }
     }
 
