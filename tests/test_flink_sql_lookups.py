@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from delta.tables import DeltaTable
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView, ValueType
 from feast.data_format import DeltaFormat, JsonFormat
 from feast.types import Float64, Int64, String
@@ -293,9 +292,6 @@ def test_a_feast_view_of_a_lookup_join_names_the_tables_history_in_its_tags(spar
     """``sql_tags(states=...)``: the history survives the registry as tags, its Delta path
     relative to the feature repo."""
     (tmp_path / "spend.sql").write_text(LOOKUP)
-    spark.sql(
-        "SELECT 'EUR' AS currency, 1.5D AS rate, 0L AS change_time, 'upsert' AS op"
-    ).write.format("delta").save(str(tmp_path / "data" / "rates_log"))
     source = KafkaSource(
         name="transactions_source",
         topic="transactions",
@@ -326,6 +322,5 @@ def test_a_feast_view_of_a_lookup_join_names_the_tables_history_in_its_tags(spar
     job = sql_job(view, tmp_path, None)
     (lookup,) = job.lookups
     assert lookup.source == CdcLog("rates", ["currency"], path=str(tmp_path / "data" / "rates_log"))
-    assert DeltaTable.isDeltaTable(spark, lookup.source.path)
     with pytest.raises(ValueError, match="Delta paths, not DataFrames"):
         sql_tags("spend.sql", states=[CdcLog("rates", ["currency"], dataframe=spark.range(1))])
