@@ -518,16 +518,9 @@ def _projection(select: Any, name: str, relations: Relations) -> Projection:
             )
     where = None
     if select.getWhere() is not None:
-        unreadable = (
-            {
-                lookup_column(
-                    lookup.table, c
-                ): "a WHERE on the lookup table's columns is not mapped"
-                for c in relations[lookup.table].types
-            }
-            if lookup is not None
-            else {}
-        )
+        looked_up = relations[lookup.table].types if lookup is not None else {}
+        why = "a WHERE on the lookup table's columns is not mapped"
+        unreadable = {lookup_column(lookup.table, c): why for c in looked_up} if lookup else {}
         where = spark_predicate(select.getWhere(), replace(names, unreadable=unreadable))
     return Projection(source_name, tuple(columns), where, lookup)
 
@@ -538,15 +531,8 @@ def _lookup_join(join: Any, view: str, relations: Relations) -> tuple[LookupJoin
     the names the view's expressions read, the source's columns as they are, the table's as
     :func:`lookup_column` names them (its join columns refused: read the source's)."""
     kind = str(join.getJoinType().toString())
-    if (
-        kind not in ("INNER", "LEFT")
-        or join.isNatural()
-        or _kind(join.getRight())
-        not in (
-            "AS",
-            "SNAPSHOT",
-        )
-    ):
+    right = _kind(join.getRight())
+    if kind not in ("INNER", "LEFT") or join.isNatural() or right not in ("AS", "SNAPSHOT"):
         raise _refused(
             join,
             f"the {kind.lower()} join in view {view}",
