@@ -67,7 +67,10 @@ def repo(tmp_path_factory, spark, redis_server, monkeypatch_module):
         F.lit(None).cast("timestamp").alias("valid_to"),
         "fee_rate",
     ).write.format("delta").save(str(path / "data/state/user_tiers"))
-    monkeypatch_module.setenv("FSB_REDIS", redis_server)
+    # A Redis database of the file's own: `check` finds nothing materialized there, whatever
+    # other files in this process wrote for project payments (tests/test_feast_integration.py
+    # materializes the same views into database 0).
+    monkeypatch_module.setenv("FSB_REDIS", f"{redis_server},db=8")
     # `feast apply`, in this process (its Spark session is the tests').
     apply_in_process(path)
     return path
