@@ -118,7 +118,10 @@ public final class FlinkSqlReplay {
     static final Map<String, WatermarkStrategy<RowData>> pushed = new HashMap<>();
     static final Map<String, DataType> physicalRows = new HashMap<>();
 
-    /** A test connector's factory: the table's options (the production connector's) unchecked. */
+    /**
+     * A test connector's factory: the table's options (the production connector's) unchecked,
+     * its physical row type kept for the feed; the source is the connector's, by table name.
+     */
     abstract static class UncheckedOptionsFactory implements DynamicTableSourceFactory {
         @Override
         public Set<ConfigOption<?>> requiredOptions() {
@@ -129,6 +132,15 @@ public final class FlinkSqlReplay {
         public Set<ConfigOption<?>> optionalOptions() {
             return new HashSet<>();
         }
+
+        @Override
+        public DynamicTableSource createDynamicTableSource(Context context) {
+            String table = context.getObjectIdentifier().getObjectName();
+            physicalRows.put(table, context.getPhysicalRowDataType());
+            return source(table);
+        }
+
+        abstract DynamicTableSource source(String table);
     }
 
     /** 'connector' = 'replay': what the harness puts in place of 'kafka'. */
@@ -139,9 +151,7 @@ public final class FlinkSqlReplay {
         }
 
         @Override
-        public DynamicTableSource createDynamicTableSource(Context context) {
-            String table = context.getObjectIdentifier().getObjectName();
-            physicalRows.put(table, context.getPhysicalRowDataType());
+        DynamicTableSource source(String table) {
             return new ReplaySource(table);
         }
     }
@@ -216,9 +226,7 @@ public final class FlinkSqlReplay {
         }
 
         @Override
-        public DynamicTableSource createDynamicTableSource(Context context) {
-            String table = context.getObjectIdentifier().getObjectName();
-            physicalRows.put(table, context.getPhysicalRowDataType());
+        DynamicTableSource source(String table) {
             return new ReplayLookupSource(table);
         }
     }
