@@ -74,7 +74,13 @@ class StreamJob:
                 f"{type(self.trigger).__name__} fires {self.trigger.domain}-time windows, "
                 f"not {self.window.domain}-time ones"
             )
-        if isinstance(self.window, CumulativeWindows | OverWindows) and not (
+        if isinstance(self.window, OverWindows) and self.window.domain == "processing":
+            if not isinstance(self.trigger, ProcessingTimeTrigger):
+                raise ValueError(
+                    "processing-time OVER windows (Flink SQL's OVER ordered by PROCTIME()) "
+                    f"fire by the clock: ProcessingTimeTrigger(), not {self.trigger!r}"
+                )
+        elif isinstance(self.window, CumulativeWindows | OverWindows) and not (
             isinstance(self.trigger, EventTimeTrigger) and self.trigger.allowed_lateness_ms == 0
         ):
             what = "cumulative windows (Flink SQL's CUMULATE)"

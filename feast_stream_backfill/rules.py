@@ -199,6 +199,27 @@ def over_clears(timer: T, cleanup: T) -> Any:
     return timer >= cleanup
 
 
+def over_clock_timer(time: T) -> T:
+    """``ProcTimeRangeBoundedPrecedingFunction.processElement``: the rows a key reads at
+    processing time ``time`` wait for a timer set for ``time + 1``, which writes them (fired
+    at :func:`clock_fires_at` of it, after the next millisecond's records)."""
+    return time + 1
+
+
+def retention_renewed(cleanup: T, time: T, ttl_ms: int) -> Any:
+    """``CleanupState.registerProcessingCleanupTimer``: a row read at ``time`` moves its key's
+    cleanup timer when the one set would fire within the state TTL of it (``time + ttl >
+    cleanup``); the old timer is deleted."""
+    return time + ttl_ms > cleanup
+
+
+def retention_cleanup_time(time: T, ttl_ms: int) -> T:
+    """Where such a timer is set: ``time`` plus the maximum retention,
+    ``TableConfigUtils.getMaxIdleStateRetentionTime``: ``ttl * 3 / 2`` in Java's long
+    arithmetic. It clears the key's state when it fires (:func:`clock_fires_at`)."""
+    return time + ttl_ms * 3 // 2
+
+
 class TriggerRule(Protocol):
     """What :func:`on_element` needs of a trigger: its ``onElement`` before and after the
     watermark passed ``maxTs`` (a firing, or None: wait for the timer)."""

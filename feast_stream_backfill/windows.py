@@ -189,10 +189,11 @@ class SessionWindows:
 
 @dataclass(frozen=True)
 class OverWindows:
-    """Flink SQL's event-time ``OVER (PARTITION BY keys ORDER BY rowtime <frame>)``: every row
-    of a key is written out with the aggregate of its frame, the key's rows up to and including
-    it. A row waits for the watermark to reach its time (:mod:`feast_stream_backfill.over_replay`);
-    there is no other trigger and no lateness. The frames, as Flink runs them:
+    """Flink SQL's ``OVER (PARTITION BY keys ORDER BY time <frame>)``: every row of a key is
+    written out with the aggregate of its frame, the key's rows up to and including it
+    (:mod:`feast_stream_backfill.over_replay`). Ordered by event time (``domain="event"``), a
+    row waits for the watermark to reach its time; there is no other trigger and no lateness.
+    The frames, as Flink runs them:
 
     - ``RANGE BETWEEN INTERVAL p PRECEDING AND CURRENT ROW`` (``preceding_ms=p``): the rows
       within ``p`` ms before its time, the window ``[t - p, t + 1)``; a row no later than the
@@ -207,20 +208,46 @@ class OverWindows:
 
     ``RANGE`` writes the rows of one time together, each with all of them; ``ROWS`` one by
     one, each with the rows before it.
+
+    Ordered by processing time (``domain="processing"``, a ``PROCTIME()`` column), the bounded
+    frames place a row at the time it is read, drop nothing and read no watermark:
+
+    - ``RANGE`` ``p``: the rows of a millisecond ``t`` wait for a timer at ``t + 1`` and are
+      written together, each with the key's rows read in ``[t - p, t]``; the same cleanup
+      (``ProcTimeRangeBoundedPrecedingFunction``).
+    - ``ROWS`` ``n``: each row written as it is read, with the ``n`` read before it; with
+      ``state_ttl_ms`` (``table.exec.state.ttl``) a key's state is cleared on a timer ``1.5
+      ttl`` after the row that last moved it (``ProcTimeRowsBoundedPrecedingFunction``).
+
+    A processing-time ``OVER`` from ``UNBOUNDED PRECEDING`` is not one of these: it writes each
+    record's running aggregate at once, the per-record processing-time session that
+    ``job_from_sql`` maps it to.
     """
 
     preceding_ms: int | None = None
-    domain: Literal["event"] = "event"
+    domain: Domain = "event"
     frame: Literal["range", "rows"] = "range"
     preceding_rows: int | None = None
+    state_ttl_ms: int | None = None
     merges: ClassVar[bool] = False
     assigned: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.domain != "event":
+        check_window(self.domain)
+        if self.domain == "processing" and self.preceding is None:
             raise ValueError(
-                "OVER windows are modelled over an event-time attribute (ORDER BY a rowtime "
-                f"column): domain must be 'event', got {self.domain!r}"
+                "a processing-time OVER window needs a bounded frame (preceding_ms or "
+                "preceding_rows): from UNBOUNDED PRECEDING it is SessionWindows(ttl, "
+                "'processing') with PerRecordTrigger()"
+            )
+        if self.state_ttl_ms is not None and (self.domain, self.frame, self.state_ttl_ms > 0) != (
+            "processing",
+            "rows",
+            True,
+        ):
+            raise ValueError(
+                "state_ttl_ms (> 0) clears the state of a processing-time ROWS frame only, got "
+                f"{self}"
             )
         if self.frame not in ("range", "rows"):
             raise ValueError(f"an OVER window's frame is 'range' or 'rows', got {self.frame!r}")
@@ -244,5 +271,5 @@ class OverWindows:
         return self.preceding is None
 
     def time(self) -> Column:
-        """The time that places a row: its event time."""
+        """The time that places a row: its event or processing time."""
         return _time(self.domain)

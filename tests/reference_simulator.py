@@ -46,6 +46,7 @@ class Job:
     over: int | None = None  # Flink SQL's event-time OVER, RANGE of this many ms PRECEDING
     over_rows: int | None = None  # OVER, ROWS of this many rows PRECEDING
     over_unbounded: str = ""  # OVER, "range" or "rows" BETWEEN UNBOUNDED PRECEDING
+    over_ttl: int = 0  # a processing-time ROWS OVER's table.exec.state.ttl; 0: none
 
     @property
     def is_over(self) -> bool:
@@ -174,6 +175,11 @@ def simulate(
     over_last: dict[str, int] = defaultdict(int)
     over_cleanup: dict[str, int] = {}
     over_timers: set[tuple[int, str]] = set()
+    # OVER ordered by processing time (ProcTimeRangeBoundedPrecedingFunction,
+    # ProcTimeRowsBoundedPrecedingFunction): rows placed at the time they are read; a RANGE
+    # frame's rows of a ms wait for a timer set for the next ms, a ROWS frame writes each row
+    # as it is read. Timers (time, key) fire 1 ms after their time, as the windows' do.
+    clock_over_timers: set[tuple[int, str]] = set()
 
     def emit(key: str, start: int, end: int, now: int, firing: str) -> None:
         values = contents[(key, start, end)]
@@ -303,6 +309,58 @@ def simulate(
             over_cleanup[key] = time + int(job.over * 1.5) + 1
             over_timers.add((over_cleanup[key], key))
 
+    def clock_over_add(pt: int, r: Record) -> None:
+        """``processElement`` of a processing-time frame: RANGE keeps the row under its time,
+        a timer set for the next ms when it is the first of its time, and pushes the cleanup
+        timer as the event-time function does; ROWS moves its retention timer to ``pt +
+        ttl * 3 / 2`` (deleting the old one) when the one set is within ``ttl`` of ``pt``,
+        retracts the oldest of a full frame, adds the row and writes it at once."""
+        key = r.key
+        if job.over is not None:
+            if pt not in over_rows[key]:
+                clock_over_timers.add((pt + 1, key))
+                cleanup = over_cleanup.get(key)
+                if cleanup is None or cleanup < pt + job.over + 1:
+                    over_cleanup[key] = pt + int(job.over * 1.5) + 1
+                    clock_over_timers.add((over_cleanup[key], key))
+            over_rows[key].setdefault(pt, []).append(r.value)
+            return
+        if job.over_ttl:
+            cleanup = over_cleanup.get(key)
+            if cleanup is None or pt + job.over_ttl > cleanup:
+                clock_over_timers.discard((cleanup, key))
+                over_cleanup[key] = pt + job.over_ttl * 3 // 2
+                clock_over_timers.add((over_cleanup[key], key))
+        frame = over_frame[key]
+        if len(frame) >= job.over_rows + 1:
+            over_plus(key, frame.pop(0)[1], -1)
+        over_plus(key, r.value, 1)
+        frame.append((pt, r.value))
+        over_emit(key, frame[0][0], pt, pt, [v for _, v in frame])
+
+    def clock_over_fire(key: str, timer: int) -> None:
+        """``onTimer`` at ``timer + 1``: the cleanup clears the key (rows, frame, sum); a RANGE
+        frame's timer retracts the rows read more than ``over`` ms before ``timer - 1``, adds
+        the rows read then and writes each with them all."""
+        cleanup = over_cleanup.get(key)
+        if cleanup is not None and cleanup <= timer:
+            for state in (over_rows, over_frame, over_sum, over_last, over_cleanup):
+                state.pop(key, None)
+            return
+        time, rows = timer - 1, over_rows[key]
+        if job.over is None or time not in rows:
+            return
+        gone = [t for t in sorted(rows) if t < time - job.over]
+        for t in gone:
+            for v in rows.pop(t):
+                over_plus(key, v, -1)
+        for v in rows[time]:
+            over_plus(key, v, 1)
+        values = [v for t in sorted(rows) if t <= time for v in rows[t]]
+        for _ in rows[time]:
+            over_emit(key, time - job.over, time, timer + 1, values)
+        over_last[key] = time
+
     def tick(now: int) -> None:
         """The periodic timer: idleness checks, periodic emission, then the combination."""
         for split in splits.values():
@@ -317,6 +375,9 @@ def simulate(
         for timer in sorted(t for t in clock_timers if t[0] < before):
             clock_timers.discard(timer)  # Flink fires it 1 ms after maxTs (getProcessingTimeDelay)
             emit(*timer[1:], timer[0] + 1, "on_time")
+        while due := sorted(t for t in clock_over_timers if t[0] < before):
+            clock_over_timers.discard(due[0])
+            clock_over_fire(due[0][1], due[0][0])
         if job.domain == "processing":
             purge_sessions(lambda max_ts: max_ts < before)
 
@@ -357,7 +418,9 @@ def simulate(
 
     def process(pt: int, r: Record) -> None:
         time = r.et if job.domain == "event" else pt
-        if job.is_over and r.key is not None:
+        if job.is_over and r.key is not None and job.domain == "processing":
+            clock_over_add(pt, r)
+        elif job.is_over and r.key is not None:
             over_add(r)
         assigned = r.key is not None and not job.is_over
         for start, end in windows_for(time, r) if assigned else []:

@@ -97,9 +97,10 @@ def plugin_window(
     job: Job,
 ) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
     if job.over is not None:
-        return OverWindows(job.over)
+        return OverWindows(job.over, job.domain)
     if job.over_rows is not None:
-        return OverWindows(frame="rows", preceding_rows=job.over_rows)
+        ttl = job.over_ttl or None
+        return OverWindows(None, job.domain, "rows", job.over_rows, ttl)
     if job.over_unbounded:
         return OverWindows(frame=job.over_unbounded)
     if job.gap:
@@ -306,12 +307,12 @@ OPTIONS: dict[str, tuple] = {
 
 def valid(row: Mapping[str, object]) -> bool:
     """Can a (partial) row be a job? Idleness is modelled for one topic combined by MIN only;
-    OVER windows are event time's, fired by the watermark alone, without lateness."""
-    if str(row.get("kind")).startswith("over") and (
-        row.get("domain") == "processing"
-        or row.get("trigger") == "per_record"
-        or row.get("lateness")
-    ):
+    OVER windows have no trigger but their own and no lateness, and a processing-time OVER
+    has a bounded frame."""
+    kind = str(row.get("kind"))
+    if kind.startswith("over") and (row.get("trigger") == "per_record" or row.get("lateness")):
+        return False
+    if kind == "over unbounded" and row.get("domain") == "processing":
         return False
     return not row.get("idleness") or (row.get("topics", 1) == 1 and row.get("combine") != "max")
 
@@ -381,6 +382,9 @@ def _drawn_case(rng: random.Random, row: Mapping) -> tuple[list[Record], Job]:
         over=rng.choice([0, 15, 100]) if row["kind"] == "over" else None,
         over_rows=rng.choice([0, 1, 3]) if row["kind"] == "over rows" else None,
         over_unbounded=rng.choice(["range", "rows"]) if row["kind"] == "over unbounded" else "",
+        over_ttl=rng.choice([0, 2, 40])
+        if (row["kind"], row["domain"]) == ("over rows", "processing")
+        else 0,
     )
     return shifted(records, row["base"]), job
 
@@ -454,8 +458,9 @@ def test_the_table_covers_every_valid_pair():
         *[
             {("kind", over), invalid}
             for over in ("over", "over rows", "over unbounded")
-            for invalid in (("domain", "processing"), ("trigger", "per_record"), ("lateness", True))
+            for invalid in (("trigger", "per_record"), ("lateness", True))
         ],
+        {("kind", "over unbounded"), ("domain", "processing")},
     ]
     wanted = {
         ((a, x), (b, y))
@@ -464,8 +469,8 @@ def test_the_table_covers_every_valid_pair():
         for y in OPTIONS[b]
         if {(a, x), (b, y)} not in invalid
     }
-    # kind six-valued, interval three-valued, 12 two-valued; 11 pairs invalid
-    assert len(wanted) == 6 * 3 + (6 + 3) * 12 * 2 + 66 * 2 * 2 - 11
+    # kind six-valued, interval three-valued, 12 two-valued; 9 pairs invalid
+    assert len(wanted) == 6 * 3 + (6 + 3) * 12 * 2 + 66 * 2 * 2 - 9
     covered = set().union(*(pairs_of(options_of(*case)) for case in TABLE))
     assert sorted(wanted - covered) == []
     for records, job in TABLE:

@@ -129,13 +129,20 @@ def test_a_record_filter_equals_the_simulator_of_those_records_without_keys(
         CHECKED[strategy.name] += 1
 
 
-#: OVER windows (Flink SQL's event-time OVER: RANGE of 0, 15 or 100 ms, ROWS of 0, 1 or 3 rows,
-#: or UNBOUNDED, PRECEDING) with every other option drawn as in ``jobs``, but the watermark's
-#: firing without lateness, all Flink SQL gives them.
+#: OVER windows (Flink SQL's OVER: RANGE of 0, 15 or 100 ms, ROWS of 0, 1 or 3 rows, or
+#: UNBOUNDED, PRECEDING, ordered by event time; the bounded frames by processing time too, a
+#: ROWS frame with or without a state TTL) with every other option drawn as in ``jobs``, but
+#: no trigger and no lateness, all Flink SQL gives them.
 over_frames = st.one_of(
     st.sampled_from([0, 15, 100]).map(lambda p: {"over": p}),
     st.sampled_from([0, 1, 3]).map(lambda n: {"over_rows": n}),
     st.sampled_from(["range", "rows"]).map(lambda frame: {"over_unbounded": frame}),
+    st.tuples(st.sampled_from([0, 1, 15, 100]), st.just("processing")).map(
+        lambda drawn: {"over": drawn[0], "domain": drawn[1]}
+    ),
+    st.tuples(st.sampled_from([0, 1, 3]), st.sampled_from([0, 2, 40])).map(
+        lambda drawn: {"over_rows": drawn[0], "over_ttl": drawn[1], "domain": "processing"}
+    ),
 )
 over_jobs = st.tuples(jobs, over_frames).map(
     lambda drawn: replace(
@@ -143,8 +150,7 @@ over_jobs = st.tuples(jobs, over_frames).map(
         gap=0,
         slide=0,
         step=0,
-        **drawn[1],
-        domain="event",
+        **{"domain": "event", **drawn[1]},
         trigger="default",
         lateness=0,
     )
@@ -155,7 +161,9 @@ over_jobs = st.tuples(jobs, over_frames).map(
 def test_over_backfill_equals_reference_simulator(spark, records, job, base):
     """OVER windows (the over strategy's alone) equal the simulator: rows emitted as the
     watermark rises to them, dropped behind their key's last emission (bounded frames) or the
-    watermark (unbounded ones), retracted out of range or rows, a RANGE frame's cleanup."""
+    watermark (unbounded ones), retracted out of range or rows, a RANGE frame's cleanup; by
+    processing time, a RANGE frame's rows written by the next millisecond's timer, a ROWS
+    frame's at once, its state cleared by the retention timer."""
     assume(records)
     records, job = shifted(records, base), modelled(job, records)
     assert plan(stream_job(spark, records, job)).strategy.name == "over"

@@ -20,7 +20,7 @@ from feast_stream_backfill.flink_sql import job_from_sql
 from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic
-from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
+from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger, ProcessingTimeTrigger
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
@@ -295,13 +295,6 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "line 8, column 35: an OVER window ordered by `ts` DESC is not supported",
         ),
         (
-            OVER.replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), pt AS PROCTIME(),")
-            .replace("ORDER BY ts", "ORDER BY pt")
-            .replace("SELECT user_id, ts,", "SELECT user_id,"),
-            "line 8, column 44: an OVER window ordered by the processing time pt over a bounded "
-            "RANGE frame is not supported",
-        ),
-        (
             "SET 'table.exec.unbounded-over.version' = '1';\n"
             + OVER.replace(OVER_FRAME, "\n  ROWS UNBOUNDED PRECEDING"),
             "line 1, column 1: SET 'table.exec.unbounded-over.version' is not supported",
@@ -434,7 +427,6 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "over-range-number",
         "over-disallow-partial",
         "over-descending",
-        "over-proctime",
         "over-unbounded-version",
         "over-order-by",
         "over-partition-by",
@@ -701,10 +693,43 @@ def test_a_processing_time_over_from_unbounded_preceding_maps_as_the_unbounded_g
         None, PROC_OVER.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""), archives
     )
     assert forever.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
-    with pytest.raises(UnsupportedSqlError, match="over a bounded ROWS frame is not supported"):
-        job_from_sql(
-            None, PROC_OVER.replace("ORDER BY pt)", "ORDER BY pt ROWS 2 PRECEDING)"), archives
-        )
+
+
+@pytest.mark.parametrize(
+    ("frame", "ttl", "window"),
+    [
+        # ProcTimeRangeBoundedPrecedingFunction takes no state TTL
+        (
+            "RANGE BETWEEN INTERVAL '1' MINUTE PRECEDING AND CURRENT ROW",
+            "10 min",
+            OverWindows(60_000, "processing"),
+        ),
+        ("RANGE INTERVAL '5' SECOND PRECEDING", None, OverWindows(5_000, "processing")),
+        # ProcTimeRowsBoundedPrecedingFunction cleans a key's state only above 1 ms
+        ("ROWS 2 PRECEDING", "10 min", OverWindows(None, "processing", "rows", 2, 600_000)),
+        (
+            "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+            None,
+            OverWindows(None, "processing", "rows", 2),
+        ),
+        ("ROWS 2 PRECEDING", "1 ms", OverWindows(None, "processing", "rows", 2)),
+        ("ROWS 2 PRECEDING", "2 ms", OverWindows(None, "processing", "rows", 2, 2)),
+    ],
+    ids=["range-ttl", "range", "rows-ttl", "rows", "rows-ttl-1ms", "rows-ttl-2ms"],
+)
+def test_a_bounded_processing_time_over_is_an_over_window_fired_by_the_clock(frame, ttl, window):
+    """No watermark read (the table may declare none), the clock's trigger; the state TTL
+    reaches the ROWS frame only."""
+    script = PROC_OVER.replace("ORDER BY pt)", f"ORDER BY pt {frame})")
+    script = (
+        script.replace("'10 min'", f"'{ttl}'")
+        if ttl
+        else script.replace("SET 'table.exec.state.ttl' = '10 min';\n", "")
+    )
+    assert ("state.ttl" in script) == (ttl is not None)
+    job = job_from_sql(None, script, {"transactions": ArchivedTopic("transactions")})
+    assert (job.window, job.trigger) == (window, ProcessingTimeTrigger())
+    assert "WATERMARK" not in script
 
 
 def test_an_over_aggregation_reads_a_view():

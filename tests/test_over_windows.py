@@ -1,6 +1,6 @@
-"""OVER windows (Flink SQL's event-time ``OVER (... {RANGE | ROWS} BETWEEN {p | UNBOUNDED}
-PRECEDING AND CURRENT ROW)``), hand-computed: the backfill and the reference simulator against
-the same figures.
+"""OVER windows (Flink SQL's ``OVER (... {RANGE | ROWS} BETWEEN {p | UNBOUNDED} PRECEDING AND
+CURRENT ROW)``, ordered by event time, and the bounded frames by processing time),
+hand-computed: the backfill and the reference simulator against the same figures.
 
 Both archives are one partition read in order (D1 = D2 = 0: a record is read at the highest
 event time so far), ticks every ``I`` ms from the first multiple at or after the first record,
@@ -16,6 +16,8 @@ from feast_stream_backfill import (
     ArchivedTopic,
     EventTimeTrigger,
     OverWindows,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
     StreamJob,
     WatermarkStrategy,
     backfill,
@@ -78,12 +80,14 @@ CLEARED_LOG = [
 
 
 def _job(spark, rows: list[tuple], window: OverWindows, bound: int, interval: int) -> StreamJob:
+    by_clock = window.domain == "processing"
     return StreamJob(
         topics=[ArchivedTopic("clicks", dataframe=archive(spark, rows))],
         keys=["user"],
         window=window,
         aggregations=[Aggregation("amount", f, f) for f in ("sum", "min", "max")],
         watermark=WatermarkStrategy(out_of_orderness_ms=bound, interval_ms=interval),
+        trigger=ProcessingTimeTrigger() if by_clock else EventTimeTrigger(),
     )
 
 
@@ -95,6 +99,8 @@ def _simulated(rows: list[tuple], window: OverWindows, bound: int, interval: int
         over=window.preceding_ms if window.frame == "range" and not window.unbounded else None,
         over_rows=window.preceding_rows,
         over_unbounded=window.frame if window.unbounded else "",
+        domain=window.domain,
+        over_ttl=window.state_ttl_ms or 0,
         bound=bound,
         interval=interval,
     )
@@ -233,3 +239,90 @@ def test_an_unbounded_frame_drops_the_rows_the_watermark_has_reached(spark, run,
     assert emissions == [("a", *e) for e in UNBOUNDED_LOG[frame]]
     assert dropped == {("a", 1050): 1, ("a", 1120): 1, ("a", 1151): 1}
     assert (counts["on_time"], counts["dropped"], counts["pending"]) == (5, 3, 1)
+
+
+#: Ordered by processing time, one partition, key "a". (offset, event time, amount): read at
+#: 1000, 1000, 1001, 1050, 1050 (event time 990: behind the watermark, which nothing reads),
+#: 1101, 1200, 1500.
+CLOCK_ROWS = [
+    (0, 1000, 1.0),
+    (1, 1000, 2.0),
+    (2, 1001, 4.0),
+    (3, 1050, 8.0),
+    (4, 990, 16.0),
+    (5, 1101, 32.0),
+    (6, 1200, 128.0),
+    (7, 1500, 64.0),
+]
+#: RANGE 100: a millisecond's rows wait for a timer set for the next (fired 1 ms after it, so
+#: after the next millisecond's records), each written with the rows read in [t - 100, t].
+CLOCK_RANGE_LOG = [
+    # the rows read at 1000, at 1002: the row read at 1001 has come, and is not in them
+    (900, 1001, 1002, 0, "on_time", 2, 3.0, 1.0, 2.0),
+    (900, 1001, 1002, 1, "on_time", 2, 3.0, 1.0, 2.0),
+    (901, 1002, 1003, 0, "on_time", 3, 7.0, 1.0, 4.0),
+    (950, 1051, 1052, 0, "on_time", 5, 31.0, 1.0, 16.0),
+    (950, 1051, 1052, 1, "on_time", 5, 31.0, 1.0, 16.0),
+    # the rows read at 1000 retracted (before 1101 - 100), the one read at 1001 kept
+    (1001, 1102, 1103, 0, "on_time", 4, 60.0, 4.0, 32.0),
+    (1100, 1201, 1202, 0, "on_time", 2, 160.0, 32.0, 128.0),
+    # the key's state was cleared at 1352 (cleanup 1200 + 151, fired 1 ms after it)
+    (1400, 1501, 1502, 0, "on_time", 1, 64.0, 64.0, 64.0),
+]
+#: ROWS 1 with a state TTL of 100: each row written as it is read, with the one before it;
+#: the cleanup timer, at 1.5 TTL after the row that set it, moves when a row comes within the
+#: TTL of it (1050: 1150 + 0 is not within; 1101 moves it to 1251, 1200 to 1350, deleting the
+#: one before), and clears the key 1 ms after it.
+CLOCK_ROWS_LOG = [
+    (1000, 1001, 1000, 0, "on_time", 1, 1.0, 1.0, 1.0),
+    (1000, 1001, 1000, 1, "on_time", 2, 3.0, 1.0, 2.0),
+    (1000, 1002, 1001, 0, "on_time", 2, 6.0, 2.0, 4.0),
+    (1001, 1051, 1050, 0, "on_time", 2, 12.0, 4.0, 8.0),
+    (1050, 1051, 1050, 1, "on_time", 2, 24.0, 8.0, 16.0),
+    (1050, 1102, 1101, 0, "on_time", 2, 48.0, 16.0, 32.0),
+    # not cleared at 1252: that timer was deleted when 1200 moved it to 1350
+    (1101, 1201, 1200, 0, "on_time", 2, 160.0, 32.0, 128.0),
+    (1500, 1501, 1500, 0, "on_time", 1, 64.0, 64.0, 64.0),
+]
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        (OverWindows(100, "processing"), CLOCK_RANGE_LOG),
+        (OverWindows(None, "processing", "rows", 1, 100), CLOCK_ROWS_LOG),
+    ],
+    ids=["range", "rows"],
+)
+def test_a_processing_time_frame_is_placed_and_fired_by_the_clock(spark, run, window, expected):
+    rows = [(0, o, et, "a", v) for o, et, v in CLOCK_ROWS]
+    emissions, dropped, counts = RUNS[run](spark, rows, window, 0, 50)
+    assert emissions == [("a", *e) for e in expected]
+    assert dropped == {}
+    assert (counts["on_time"], counts["dropped"], counts["pending"]) == (8, 0, 0)
+
+
+def test_a_processing_time_over_window_is_bounded_and_fired_by_the_clock(spark):
+    topic = ArchivedTopic("clicks", dataframe=archive(spark, [(0, 0, 1, "a", 1.0)]))
+    with pytest.raises(ValueError, match="fires event-time windows, not processing-time ones"):
+        StreamJob(
+            topics=[topic],
+            keys=["user"],
+            window=OverWindows(100, "processing"),
+            aggregations=[Aggregation("amount", "sum", "sum")],
+        )
+    with pytest.raises(ValueError, match=r"ProcessingTimeTrigger\(\), not PerRecordTrigger"):
+        StreamJob(
+            topics=[topic],
+            keys=["user"],
+            window=OverWindows(100, "processing"),
+            aggregations=[Aggregation("amount", "sum", "sum")],
+            trigger=PerRecordTrigger(),
+        )
+    with pytest.raises(ValueError, match="needs a bounded frame"):
+        OverWindows(domain="processing")
+    with pytest.raises(ValueError, match="processing-time ROWS frame only"):
+        OverWindows(None, "event", "rows", 1, 100)
+    with pytest.raises(ValueError, match="processing-time ROWS frame only"):
+        OverWindows(100, "processing", state_ttl_ms=100)

@@ -118,6 +118,23 @@ CASES = [
         ((3,), (2,)),
         (True, False),
     ),
+    # PROCTIME RANGE: the rows read at 1000 wait for a timer set for 1001 (fired at 1002)
+    Case("over_clock_timer", rules.over_clock_timer, ((1_000,), (-1,)), (1_001, 0)),
+    # TTL 600: a row at 500 moves a cleanup set for 1100 (500 + 600 > 1100 is false: kept),
+    # one at 501 moves it
+    Case(
+        "retention_renewed",
+        lambda c, t: rules.retention_renewed(c, t, 600),
+        ((1_100, 501), (1_100, 500)),
+        (True, False),
+    ),
+    # TTL 601: 601 * 3 / 2 = 901 in long arithmetic
+    Case(
+        "retention_cleanup_time",
+        lambda t: rules.retention_cleanup_time(t, 601),
+        ((1_000,), (0,)),
+        (1_901, 901),
+    ),
     # EventTimeTrigger: dropped where the state is gone, else LATE past maxTs, else waiting
     Case(
         "on_element",

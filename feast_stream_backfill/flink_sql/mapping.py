@@ -45,8 +45,15 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   accumulator and is written at once with it, every one (no update is skipped), the
   accumulator under the same processing-time TTL as ``GroupAggFunction``'s. That is the
   unbounded ``GROUP BY``'s mapping with every update written: a processing-time session of gap
-  TTL (:data:`NEVER_EXPIRES` without one) fired by each record. Bounded processing-time frames
-  fire on timers (``ProcTimeRangeBoundedPrecedingFunction``): refused.
+  TTL (:data:`NEVER_EXPIRES` without one) fired by each record.
+- A bounded ``OVER`` ordered by a ``PROCTIME()`` column is :class:`OverWindows` in the
+  processing domain with :class:`ProcessingTimeTrigger`: a ``RANGE`` of ``p``
+  (``ProcTimeRangeBoundedPrecedingFunction``) keeps the rows a key reads in a millisecond
+  ``t`` until a timer set for ``t + 1`` writes them, each with the key's rows read in ``[t -
+  p, t]``; it takes no state TTL. ``ROWS`` ``n`` (``ProcTimeRowsBoundedPrecedingFunction``)
+  writes each row as it is read with the ``n`` read before it; with ``table.exec.state.ttl``
+  over 1 ms (``KeyedProcessFunctionWithCleanupState.stateCleaningEnabled``) a key's state is
+  cleared by a timer at ``1.5`` TTL after the row that last moved it (``state_ttl_ms``).
 - An ``OVER`` aggregation ordered by the rowtime (``StreamExecOverAggregate`` picks its
   function by frame) keeps each row until the watermark reaches its time (an event-time timer
   at it), then writes it with the aggregate of its frame among its key's rows. With a ``RANGE``
@@ -112,7 +119,11 @@ from feast_stream_backfill.flink_sql.reader import (
 )
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.records import ArchivedTopic, RecordTransform, read_records
-from feast_stream_backfill.triggers import EventTimeTrigger, PerRecordTrigger
+from feast_stream_backfill.triggers import (
+    EventTimeTrigger,
+    PerRecordTrigger,
+    ProcessingTimeTrigger,
+)
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
@@ -202,6 +213,20 @@ def job_from_sql(
             window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
             aggregations=aggregations,
             trigger=PerRecordTrigger(),
+            lookups=lookups,
+            derived=derived,
+            where=where,
+        )
+    if chosen.processing_time:  # a bounded OVER ordered by processing time
+        if spark is not None:
+            for topic in topics:
+                _check_no_nan(spark, topic, chosen, types, lookups)
+        return StreamJob(
+            topics=topics,
+            keys=keys,
+            window=_processing_over(chosen, settings),
+            aggregations=aggregations,
+            trigger=ProcessingTimeTrigger(),
             lookups=lookups,
             derived=derived,
             where=where,
@@ -388,7 +413,7 @@ def _check_source(path: _Path, insert: AggregatingInsert) -> None:
             EMIT_STRATEGY,
         ):
             raise _refused(option, f"the option {option.key!r}")
-    if insert.per_record:
+    if not insert.watermarked:
         return
     if table.watermark is None:
         raise UnsupportedSqlError(
@@ -719,6 +744,20 @@ def _watermark(settings: _Settings, table: Table) -> WatermarkStrategy:
         interval_ms=interval_ms,
         emission=emission,
         idle_timeout_ms=idle_ms or None,
+    )
+
+
+def _processing_over(insert: AggregatingInsert, settings: _Settings) -> OverWindows:
+    """A bounded ``OVER`` ordered by processing time; the state TTL clears a ``ROWS`` frame's
+    keys only, and only above 1 ms (Flink's cleaning is off at 0 and 1)."""
+    if insert.frame != ROWS:
+        return OverWindows(preceding_ms=insert.preceding_ms, domain="processing")
+    ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
+    return OverWindows(
+        frame="rows",
+        preceding_rows=insert.preceding_rows,
+        domain="processing",
+        state_ttl_ms=ttl if ttl > 1 else None,
     )
 
 

@@ -223,7 +223,13 @@ class AggregatingInsert:
     def per_record(self) -> bool:
         """It writes a key's aggregate with every record, at its processing time: an unbounded
         ``GROUP BY``, or an ``OVER`` from ``UNBOUNDED PRECEDING`` ordered by processing time."""
-        return self.unbounded or self.processing_time
+        bounded = self.preceding_ms is not None or self.preceding_rows is not None
+        return self.unbounded or self.processing_time and not bounded
+
+    @property
+    def watermarked(self) -> bool:
+        """It reads the table's watermark: a window or an ``OVER`` ordered by event time."""
+        return not (self.unbounded or self.processing_time)
 
 
 @dataclass(frozen=True)
@@ -968,16 +974,6 @@ def _over_insert(statement: Any, select: Any, relations: Relations) -> Aggregati
     assert window is not None  # _insert routes here only with an OVER aggregate
     relation = relations.get(_table_name(source))
     processing_time = isinstance(relation, Table) and window.time_column == relation.proc_time
-    if processing_time and window.preceding is not None:
-        at = window.time_at
-        raise UnsupportedSqlError(
-            f"an OVER window ordered by the processing time {window.time_column} over a "
-            f"bounded {window.frame.upper()} frame",
-            at.line,
-            at.column,
-            "from UNBOUNDED PRECEDING is mapped (Flink's bounded processing-time frames fire "
-            "on timers the model does not state)",
-        )
     time_types = {window.time_column: "TIMESTAMP_LTZ(3)"} if processing_time else {}
     _check_columns(
         select,

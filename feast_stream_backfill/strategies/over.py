@@ -1,5 +1,6 @@
 """OVER windows: each key's rows replayed in processing order against the watermark's
-timeline (:mod:`feast_stream_backfill.over_replay`), with the model's rules
+timeline, or the clock for processing-time frames
+(:mod:`feast_stream_backfill.over_replay`), with the model's rules
 (:mod:`feast_stream_backfill.rules`).
 
 Rows are hash-partitioned by key and sorted by key and position, as the session windows'
@@ -32,10 +33,12 @@ class OverRows:
 
     def run(self, spark: SparkSession, job: StreamJob) -> Windowed:
         records = window_input(spark, job)
-        timeline = broadcast_timeline(
-            records.windowed,
-            watermark_timeline(records.distinct, job.watermark, job.bounds),
-        )
+        timeline = None
+        if job.window.domain == "event":  # processing-time frames read the clock alone
+            timeline = broadcast_timeline(
+                records.windowed,
+                watermark_timeline(records.distinct, job.watermark, job.bounds),
+            )
         keys, aggregations = list(job.keys), job.aggregations
         columns = list(dict.fromkeys(a.column for a in aggregations))
         types = records.windowed.select(*keys, *columns).schema
@@ -45,7 +48,7 @@ class OverRows:
             keys,
             job.window.time(),
             [a.column for a in aggregations],  # one value per aggregation
-            lambda batches: replay(batches, timeline.value),
+            lambda batches: replay(batches, timeline.value if timeline else None),
             output_schema(types, len(keys), aggregations),
         )
         return windowed(job, records, replayed)
