@@ -43,6 +43,8 @@ from tests.conformance.sql.jobs import (
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
     PROC_OVER_FOREVER,
+    PROC_OVER_RANGE,
+    PROC_OVER_ROWS_TTL,
     PROC_OVER_TTL,
     UNBOUNDED_FOREVER,
     UNBOUNDED_TTL,
@@ -258,6 +260,52 @@ def test_flink_sql_writes_every_update_of_a_processing_time_over_without_a_ttl(r
         ("b", None, None, 11, 1, "per_record", 20.0, 16.0),
     ]
     assert (dropped, odd) == ({}, [])
+
+
+def test_flink_sql_writes_the_hand_computed_processing_time_over_range_on_timers(runs):
+    # RANGE 3 ms by processing time: a row read at pt is written by the timer for pt + 1,
+    # fired at pt + 2, with its key's rows read in [pt - 3, pt]. a's three rows of pt 5 (two
+    # of p0, one of p1) are written together at 7, each with all three and pt 2's; pt 8's at
+    # 10 with pt 5's (pt 2's retracted); pt 20's alone, its state cleaned up meanwhile.
+    # Nothing is dropped.
+    job, run = runs[PROC_OVER_RANGE.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions) == [
+        ("a", -1, 3, 4, 0, "on_time", 1.0, 1.0, 1.0),
+        *(("a", 2, 6, 7, i, "on_time", 135.0, 4.0, 128.0) for i in range(3)),
+        ("a", 5, 9, 10, 0, "on_time", 150.0, 4.0, 128.0),
+        ("a", 6, 10, 11, 0, "on_time", 48.0, 2.0, 32.0),
+        ("a", 17, 21, 22, 0, "on_time", 64.0, 1.0, 64.0),
+        ("b", 2, 6, 7, 0, "on_time", 8.0, 1.0, 8.0),
+    ]
+    assert (dropped, odd) == ({}, [])
+    assert {cause for cause, *_ in run.fired} == {"c"}  # every row written by a timer
+    assert run.over_function == "ProcTimeRangeBoundedPrecedingFunction"
+
+
+def test_flink_sql_cleans_the_hand_computed_processing_time_over_rows_up_on_its_ttl(runs):
+    # ROWS 1 PRECEDING by processing time, state TTL 10 ms: each row written when read, with
+    # the one before it. A key's cleanup timer is set for pt + 15 when pt + 10 is past the one
+    # set (deleting that one), and fires 1 ms after its time: a's for 29 (pt 14) clears its
+    # state before pt 30; a's pt 45 comes before the one for 45 (pt 30) fires, moving it, and
+    # finds pt 35's row; b's for 17 (pt 2) is deleted by pt 11, so b's pt 17 finds pt 11's.
+    job, run = runs[PROC_OVER_ROWS_TTL.name]
+    emissions, dropped, odd = flink_log(run, job)
+    rows = [
+        ("a", 0, 1.0, 1.0, 1.0),
+        ("a", 4, 5.0, 2.0, 4.0),
+        ("a", 14, 20.0, 2.0, 16.0),
+        ("a", 30, 64.0, 1.0, 64.0),
+        ("a", 35, 192.0, 2.0, 128.0),
+        ("a", 45, 384.0, 2.0, 256.0),
+        ("b", 2, 2.0, 1.0, 2.0),
+        ("b", 11, 10.0, 2.0, 8.0),
+        ("b", 17, 40.0, 2.0, 32.0),
+    ]
+    assert sorted(emissions) == [(k, None, t + 1, t, 0, "on_time", *v) for k, t, *v in rows]
+    assert (dropped, odd) == ({}, [])
+    assert all(cause.startswith("r") for cause, *_ in run.fired)  # written as read
+    assert run.over_function == "ProcTimeRowsBoundedPrecedingFunction"
 
 
 def test_flink_sql_updates_the_hand_computed_group_by_without_a_ttl_forever(runs):

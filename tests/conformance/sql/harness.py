@@ -89,6 +89,11 @@ class LookupTable:
 #: The function Flink 2.3's planner runs an OVER from UNBOUNDED PRECEDING ordered by processing
 #: time with, ROWS or RANGE.
 PROC_OVER_FUNCTION = "ProcTimeUnboundedPrecedingFunction"
+#: The functions it runs a bounded frame ordered by processing time with, per frame.
+PROC_BOUNDED_FUNCTIONS = {
+    "range": "ProcTimeRangeBoundedPrecedingFunction",
+    "rows": "ProcTimeRowsBoundedPrecedingFunction",
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,13 @@ class SqlJob:
     #: "range" or "rows": the unbounded aggregation (``ttl``) is an OVER from UNBOUNDED
     #: PRECEDING ordered by the table's PROCTIME() column (of that frame), not a GROUP BY.
     proc_over: str = ""
+    #: Not None: the OVER ordered by the PROCTIME() column (``proc_over``'s frame) is bounded,
+    #: RANGE of this many ms or ROWS of this many rows PRECEDING (``ttl`` 0; the script
+    #: selects ``keys, aggregates``)
+    proc_preceding: int | None = None
+    #: Such an OVER of ROWS: its 'table.exec.state.ttl' (ms; 0: none), which cleans its
+    #: state up on timers
+    proc_ttl: int = 0
 
     def kept(self, record: Record) -> bool:
         """The INSERT reads the record (``record`` as the table holds it)."""
@@ -193,6 +205,11 @@ class SqlJob:
         return self.over is not None or self.over_rows is not None or bool(self.over_unbounded)
 
     @property
+    def proc_bounded(self) -> bool:
+        """An OVER of a bounded frame ordered by processing time."""
+        return self.proc_preceding is not None
+
+    @property
     def frame(self) -> str:
         """An OVER's frame: RANGE, ROWS, RANGE UNBOUNDED or ROWS UNBOUNDED ("": no OVER)."""
         if self.over_unbounded:
@@ -207,6 +224,8 @@ class SqlJob:
     def window(self) -> str:
         if self.is_over:
             return f"OVER {self.frame}"
+        if self.proc_bounded:
+            return f"OVER PROCTIME {self.proc_over.upper()}"
         if self.proc_over:
             return f"OVER PROCTIME {self.proc_over.upper()} UNBOUNDED"
         if self.unbounded:
@@ -222,6 +241,15 @@ class SqlJob:
         if self.is_over:
             return Job(
                 size=1, over=self.over, over_rows=self.over_rows, over_unbounded=self.over_unbounded
+            )
+        if self.proc_bounded:
+            rows = self.proc_over == "rows"
+            return Job(
+                size=1,
+                over=None if rows else self.proc_preceding,
+                over_rows=self.proc_preceding if rows else None,
+                domain="processing",
+                over_ttl=self.proc_ttl,
             )
         if self.unbounded:
             return Job(size=1, gap=self.ttl, domain="processing", trigger="per_record")
@@ -328,18 +356,31 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     1)``, or ``[et, et + 1)``. A bounded frame's counted record can only be one no later than a
     timer already fired (its key's lastTriggeringTs, at most W) or than 0 (lastTriggeringTs
     before any timer); an unbounded frame's is one at or behind W, every such one. Flink's
-    OVER function must be the frame's (:data:`OVER_FUNCTIONS`)."""
+    OVER function must be the frame's (:data:`OVER_FUNCTIONS`). An OVER ordered by processing
+    time drops nothing; of a bounded frame, its row of a record read at ``pt`` is written at
+    ``pt + 2`` with RANGE of ``p`` (by the timer for ``pt + 1``, which fires 1 ms after it),
+    the window ``[pt - p, pt + 1)``, and at ``pt`` with ROWS, ``[None, pt + 1)``: the rows
+    carry the keys and aggregates alone, their time is the instant they reach the sink
+    (:data:`PROC_BOUNDED_FUNCTIONS`)."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
     odd = []
     if job.is_over and run.over_function != OVER_FUNCTIONS[job.frame]:
         odd.append(f"Flink ran {job.frame} with {run.over_function or 'no OVER function'}")
-    if job.proc_over and run.over_function != PROC_OVER_FUNCTION:
+    proc_function = (
+        PROC_BOUNDED_FUNCTIONS[job.proc_over] if job.proc_bounded else PROC_OVER_FUNCTION
+    )
+    if job.proc_over and run.over_function != proc_function:
         odd.append(f"Flink ran {job.window} with {run.over_function or 'no OVER function'}")
     for _cause, time, _wm, *row in run.fired:
         key = "|".join(row[:n_keys])
-        if job.is_over:
+        if job.proc_bounded and job.proc_over == "range":
+            start, end, firing = time - 2 - job.proc_preceding, time - 1, ON_TIME
+            values_at = n_keys
+        elif job.proc_bounded:
+            start, end, firing, values_at = None, time + 1, ON_TIME, n_keys
+        elif job.is_over:
             ts = int(row[n_keys])
             start = ts - job.over if job.over is not None else None
             end, firing, values_at = ts + 1, ON_TIME, n_keys + 1
@@ -353,8 +394,8 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
         sequence[(key, time)] += 1
     dropped: dict[tuple, int] = defaultdict(int)
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
-        if job.unbounded or not job.kept(r):
-            continue  # nothing is late for a group aggregation, or for a filtered record
+        if job.unbounded or job.proc_bounded or not job.kept(r):
+            continue  # nothing is late by processing time, or for a filtered record
         if job.session:
             if counted:
                 dropped[(r.key, r.et)] += 1
@@ -455,12 +496,12 @@ def plugin_log(spark: SparkSession, job: SqlJob) -> tuple[list[tuple], dict[tupl
 
 def windowless(emissions: list[tuple], job: SqlJob) -> list[tuple]:
     """An unbounded aggregation's log without the window (the state's life, in the plugin's
-    log: Flink's rows have none); an OVER's of ROWS or from UNBOUNDED PRECEDING without the
-    window's start (the time of the earliest row its value aggregates: Flink's row does not
-    carry it); any other job's as it is."""
+    log: Flink's rows have none); an OVER's of ROWS (by event or processing time) or from
+    UNBOUNDED PRECEDING without the window's start (the time of the earliest row its value
+    aggregates: Flink's row does not carry it); any other job's as it is."""
     if job.unbounded:
         return [(e[0], None, None, *e[3:]) for e in emissions]
-    if job.is_over and job.over is None:
+    if job.is_over and job.over is None or job.proc_bounded and job.proc_over == "rows":
         return [(e[0], None, *e[2:]) for e in emissions]
     return emissions
 
@@ -489,6 +530,7 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         over_rows=window.preceding_rows if over and window.frame == "rows" else None,
         over_unbounded=window.frame if over and window.unbounded else "",
         domain=window.domain,
+        over_ttl=getattr(window, "state_ttl_ms", None) or 0,
         trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
         bound=watermark.out_of_orderness_ms,
         topic_bounds=tuple(mapped.bounds.items()),

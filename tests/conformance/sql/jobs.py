@@ -15,7 +15,9 @@ times near 0 or at a realistic epoch instant. Periodic jobs get archives whose e
 go back within a partition (``job_from_sql`` refuses the others, rightly); on-event ones also
 get shuffled ones. Some partitions stop early or pause, so that idleness acts. Some jobs read
 the table through a view that renames the key or time column, computes ``amount`` or filters
-(:func:`_with_view`).
+(:func:`_with_view`). Some OVERs are ordered by the table's ``PROCTIME()`` column instead:
+from UNBOUNDED PRECEDING in place of a GROUP BY (:func:`proc_time_over`), or of a bounded
+frame, a ROWS with or without a state TTL (:func:`proc_time_bounded`).
 """
 
 from __future__ import annotations
@@ -425,6 +427,54 @@ def proc_time_over(job: SqlJob, frame: str, ttl: bool) -> SqlJob:
     return replace(job, script=script, ttl=job.ttl if ttl else NEVER_EXPIRES, proc_over=frame_name)
 
 
+def proc_time_bounded(job: SqlJob, preceding: int, ttl: int = 0, watermark: bool = True) -> SqlJob:
+    """``job``, an OVER of a bounded frame ordered by ``ts`` reading the table, as the OVER
+    of that frame ordered by the table's ``PROCTIME()`` column: RANGE of ``preceding`` ms, or
+    ROWS of ``preceding`` rows with the state TTL ``ttl`` (ms; 0: none), selecting the keys
+    and aggregates (a processing time selected would be the wall clock's); the table without
+    its WATERMARK unless ``watermark``."""
+    assert (job.over is not None or job.over_rows is not None) and not job.reads_view
+    rows = job.over_rows is not None
+    assert not ttl or rows, "the state TTL of a bounded RANGE is not used"
+    script = job.script.replace("ts TIMESTAMP(3)", "ts TIMESTAMP(3), proc_time AS PROCTIME()", 1)
+    keys = ", ".join(job.keys)
+    script = script.replace(f"SELECT {keys}, ts, ", f"SELECT {keys}, ", 1)
+    script = script.replace("ORDER BY ts", "ORDER BY proc_time")
+    bound = str(preceding) if rows else _interval(preceding)
+    script = re.sub(
+        r"\b(RANGE|ROWS) (BETWEEN )?(INTERVAL '[^']*' \w+|\d+) PRECEDING",
+        lambda m: f"{m.group(1)} {m.group(2) or ''}{bound} PRECEDING",
+        script,
+    )
+    if not watermark:
+        script = re.sub(r",\n  WATERMARK FOR ts AS [^\n]*", "", script)
+    if ttl:
+        script = f"SET 'table.exec.state.ttl' = '{ttl} ms';\n{script}"
+    return replace(
+        job,
+        script=script,
+        over=None,
+        over_rows=None,
+        proc_over="rows" if rows else "range",
+        proc_preceding=preceding,
+        proc_ttl=ttl,
+    )
+
+
+def _proc_time_bounded(job: SqlJob, rng: random.Random) -> SqlJob:
+    """``job`` (an event-time OVER of a bounded frame reading the table) ordered by processing
+    time (:func:`proc_time_bounded`): a RANGE of 1 ms to many times the gaps between records
+    (some below them), a ROWS of the job's rows, with or without a state TTL of a few times
+    those gaps (its cleanups fire between a key's records)."""
+    unit = 1000 if job.size >= 5_000 else 1  # a job's lengths are of 5 units or more
+    if job.over is not None:
+        ranges = [1, 1, 2, 3, 5, 10, 20, 50] if unit == 1 else [1, 200, 500, 1000, 2000, 5000]
+        return proc_time_bounded(job, rng.choice(ranges), watermark=rng.random() < 0.7)
+    ttls = [1, 2, 3, 5, 10, 20] if unit == 1 else [300, 500, 1000, 2000, 3000, 5000, 10_000]
+    ttl = rng.choice(ttls) if rng.random() < 0.6 else 0
+    return proc_time_bounded(job, job.over_rows, ttl, watermark=rng.random() < 0.7)
+
+
 def _without_ttl(job: SqlJob) -> SqlJob:
     """An unbounded ``GROUP BY`` with ``COUNT(*)`` (every update differs from the one before)
     without ``table.exec.state.ttl``: its state never expires."""
@@ -569,6 +619,13 @@ def generated(n: int, seed: int) -> list[SqlJob]:
         if job.unbounded and not job.reads_view and procs.random() < 0.9:
             ttl = "state.ttl" in job.script and procs.random() < 0.6
             job = proc_time_over(job, procs.choice(PROC_FRAMES), ttl)
+        # Bounded OVERs ordered by processing time, from event-time ones that read no view
+        # and keep some record (else there is nothing to write), drawn apart too.
+        bounded = random.Random(seed * 4_000_003 + i)
+        over = job.over is not None or job.over_rows is not None
+        kept = over and any(map(job.kept, job.records))
+        if kept and not job.reads_view and bounded.random() < 0.9:
+            job = _proc_time_bounded(job, bounded)
         lookups = random.Random(seed * 2_000_003 + i)
         if not job.reads_view and not job.proc_over and lookups.random() < 0.8:
             job = _with_lookup(job, lookups)
@@ -773,6 +830,42 @@ OVER_RANGE_UNBOUNDED = _over_job("over_range_unbounded", over_unbounded="range",
 OVER_ROWS_UNBOUNDED = _over_job("over_rows_unbounded", over_unbounded="rows")
 
 
+#: A processing-time OVER's archive, two partitions (pt: the partition's highest et so far):
+#: p0's a at 5 and at 4 and b at 5 and p1's a at 5 are all read at pt 5.
+PROC_RECORDS = _rows(
+    0,
+    [(2, "a", 1.0), (5, "a", 2.0), (4, "a", 4.0), (5, "b", 8.0), (8, "a", 16.0)]
+    + [(9, "a", 32.0), (20, "a", 64.0)],
+) + _rows(1, [(5, "a", 128.0)])
+#: OVER of RANGE 3 ms PRECEDING ordered by processing time: a row read at pt is written at pt +
+#: 2 (by the timer for pt + 1, fired 1 ms after it) with its key's rows read in [pt - 3, pt];
+#: a's three rows of pt 5 are written together, each with all three and pt 2's. a's state is
+#: cleaned up by the timer for 13 (8 + 4 + 1), unseen: its row of pt 20 is alone in its frame
+#: either way.
+PROC_OVER_RANGE = proc_time_bounded(
+    replace(_over_job("proc_time_over_range", over=3), records=PROC_RECORDS), 3
+)
+#: ROWS 1 PRECEDING ordered by processing time, 'table.exec.state.ttl' 10 ms, one partition
+#: (pt = et): each row written when read, with the one before it. A row read at pt sets its
+#: key's cleanup timer for pt + 15 when pt + 10 is past the one set (deleting that one); the
+#: timer for t fires at t + 1. a's for 29 (of pt 14) clears its state before pt 30; its pt 45
+#: comes before the timer for 45 (of pt 30) fires, moves it to 60 and finds pt 35's row. b's
+#: for 17 (of pt 2) is deleted by pt 11, so b's pt 17 finds pt 11's row.
+PROC_OVER_ROWS_TTL = proc_time_bounded(
+    replace(
+        _over_job("proc_time_over_rows_ttl", over_rows=1),
+        records=_rows(
+            0,
+            [(0, "a", 1.0), (2, "b", 2.0), (4, "a", 4.0), (11, "b", 8.0), (14, "a", 16.0)]
+            + [(17, "b", 32.0), (30, "a", 64.0), (35, "a", 128.0), (45, "a", 256.0)],
+        ),
+    ),
+    1,
+    ttl=10,
+    watermark=False,
+)
+
+
 #: The example through a view that renames the key and the time column, doubles ``amount``
 #: and keeps amounts over 1: u1's $1 at 10 s is left out, yet its partition's watermark moves.
 VIEWED_EXAMPLE = replace(
@@ -901,4 +994,6 @@ def hand_written() -> list[SqlJob]:
         OVER_ROWS_UNBOUNDED,
         PROC_OVER_TTL,
         PROC_OVER_FOREVER,
+        PROC_OVER_RANGE,
+        PROC_OVER_ROWS_TTL,
     ]

@@ -1,5 +1,6 @@
 import java.io.PrintWriter;
 import java.lang.reflect.Field;
+import java.lang.reflect.Method;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -13,6 +14,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -75,11 +77,13 @@ import org.apache.flink.table.runtime.typeutils.RowDataSerializer;
 import org.apache.flink.table.types.DataType;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.table.types.logical.RowType;
+import org.apache.flink.util.clock.Clock;
 import org.apache.flink.util.clock.ManualClock;
 
 /**
  * Runs a Flink SQL script's aggregating INSERT (a window aggregation, an unbounded GROUP BY, or
- * an event-time OVER aggregation) through the operators Flink's own planner builds for it, deterministically.
+ * an OVER aggregation ordered by event or processing time) through the operators Flink's own
+ * planner builds for it, deterministically.
  *
  * <p>Real Flink: the planner (parser, optimizer, code generation) translates the script; each
  * Kafka table is read by a test connector that, like Kafka's, implements
@@ -94,8 +98,10 @@ import org.apache.flink.util.clock.ManualClock;
  * sink (the window aggregation and whatever the planner puts around it) in Flink's operator
  * test harnesses, keyed with the transformation's own key selector where it has one.
  * Ours: the loop feeding records in the given (processing time) order with the periodic ticks at
- * multiples of the interval, the state TTL's processing time set to each record's, and the log
- * of what reaches the sink, attributed to its cause.
+ * multiples of the interval, the state TTL's processing time set to each record's (and a bounded
+ * processing-time OVER's processing time, its timers for an instant fired 1 ms later, before
+ * the records and ticks of that millisecond, and every one left after the last record), and the
+ * log of what reaches the sink, attributed to its cause.
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
  * {@code r table partition offset pt field1 field2 ...} (the table's physical columns, in
@@ -104,7 +110,8 @@ import org.apache.flink.util.clock.ManualClock;
  * The output: {@code columns name ...}, {@code over Function} for an OVER aggregation (the
  * function's class), then {@code rec i W dropped} per record (the window operator's watermark before it, and whether its late-records counter
  * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
- * cause}: {@code r<i>}, record i or the watermark it emitted, or {@code t}, a periodic tick;
+ * cause}: {@code r<i>}, record i or the watermark it emitted, {@code t}, a periodic tick, or
+ * {@code c}, a bounded processing-time OVER's timers;
  * {@code kind}: the row's RowKind, +I, -U, +U or -D).
  */
 public final class FlinkSqlReplay {
@@ -326,6 +333,9 @@ public final class FlinkSqlReplay {
     private long interval;
     private int windowStage = -1; // the window, group or OVER aggregation
     private Counter overLate; // the OVER function's late-records counter, if that is the stage
+    /** The stage of a bounded processing-time OVER function (-1: none): the one stage whose
+     * processing time the replay drives, since that function writes on processing-time timers. */
+    private int procStage = -1;
     private long windowWatermark = Long.MIN_VALUE;
     private List<RowData.FieldGetter> getters;
     private List<LogicalType> outputTypes;
@@ -431,11 +441,18 @@ public final class FlinkSqlReplay {
                 // An event-time OVER function: RowTimeRangeBoundedPrecedingFunction,
                 // RowTimeRowsBoundedPrecedingFunction or RowTimeUnboundedPrecedingOverFunctionV2
                 // (the harness checks which one the planner chose for the frame); or
-                // ProcTimeUnboundedPrecedingFunction, which drops nothing.
+                // ProcTimeUnboundedPrecedingFunction, which drops nothing; or a bounded frame
+                // ordered by processing time, ProcTimeRangeBoundedPrecedingFunction (a row
+                // written on a timer for the millisecond after it was read) or
+                // ProcTimeRowsBoundedPrecedingFunction (a state-cleanup timer), neither
+                // dropping anything either.
                 Object over = p.getUserFunction();
                 windowStage = stages.size();
-                if (!over.getClass().getSimpleName().startsWith("ProcTime")) {
+                String name = over.getClass().getSimpleName();
+                if (!name.startsWith("ProcTime")) {
                     overLate = lateCounter(over);
+                } else if (PROC_TIMED.contains(name)) {
+                    procStage = stages.size();
                 }
                 out.println("over " + over.getClass().getSimpleName());
             }
@@ -476,6 +493,9 @@ public final class FlinkSqlReplay {
 
     /** The package of Flink's OVER functions. */
     private static final String OVER_PACKAGE = "org.apache.flink.table.runtime.operators.over";
+    /** The OVER functions that act on processing-time timers. */
+    private static final Set<String> PROC_TIMED =
+            Set.of("ProcTimeRangeBoundedPrecedingFunction", "ProcTimeRowsBoundedPrecedingFunction");
 
     /**
      * An OVER function's late-records counter, {@code numLateRecordsDropped}: private in each
@@ -681,6 +701,47 @@ public final class FlinkSqlReplay {
         fired.clear();
     }
 
+    /**
+     * Fire the bounded processing-time OVER stage's timers for instants before {@code until},
+     * earliest first, one instant at a time, each instant's rows pushed down the chain and
+     * logged with cause {@code c} 1 ms after it: Flink fires a processing-time timer for
+     * {@code t} at {@code t + 1} at the earliest ({@code
+     * ProcessingTimeServiceUtil.getProcessingTimeDelay}), after the records of {@code t}. Then
+     * the stage's clock is set to {@code until} without firing the timers for {@code until}
+     * (unless {@code until} is {@link Long#MAX_VALUE}: every timer left fired, the job running
+     * on). The timer service schedules only its earliest timer, and a deleted timer's callback
+     * stays scheduled (firing with nothing due): hence the loop until none is left before
+     * {@code until}.
+     */
+    private void fireProcTimers(long until) throws Exception {
+        if (procStage < 0) {
+            return;
+        }
+        OneInputStreamOperatorTestHarness<RowData, RowData> h = stages.get(procStage);
+        while (true) {
+            long next = Long.MAX_VALUE;
+            for (long t : h.getProcessingTimeService().getActiveTimerTimestamps()) {
+                next = Math.min(next, t);
+            }
+            if (next >= until) {
+                break;
+            }
+            h.setProcessingTime(next);
+            Object o;
+            while ((o = h.getOutput().poll()) != null) {
+                push(procStage + 1, o, fired);
+            }
+            drain("c", next + 1);
+        }
+        if (until != Long.MAX_VALUE) {
+            // TestProcessingTimeService.setCurrentTime would fire the timers for until too.
+            Clock clock = h.getProcessingTimeService().getClock();
+            Method set = clock.getClass().getMethod("setCurrentTime", long.class, TimeUnit.class);
+            set.setAccessible(true); // a method of a class private to the test service
+            set.invoke(clock, until, TimeUnit.MILLISECONDS);
+        }
+    }
+
     private static Object field(LogicalType type, String text) {
         if (text.equals("null")) {
             return null;
@@ -776,6 +837,7 @@ public final class FlinkSqlReplay {
         for (int i = 0; i < rows.size(); i++) {
             long pt = meta.get(i)[2];
             while (tick < pt) { // a record and a tick at the same ms: the record first
+                fireProcTimers(tick);
                 clock.advanceTime(Duration.ofMillis(tick - now));
                 now = tick;
                 for (TestProcessingTimeService sourceTime : sourceTimes) {
@@ -786,6 +848,7 @@ public final class FlinkSqlReplay {
             }
             clock.advanceTime(Duration.ofMillis(pt - now));
             now = pt;
+            fireProcTimers(pt); // timers for instants before pt fire before its records
             for (OneInputStreamOperatorTestHarness<RowData, RowData> s : stages) {
                 s.setStateTtlProcessingTime(pt); // table.exec.state.ttl is processing time
             }
@@ -797,6 +860,7 @@ public final class FlinkSqlReplay {
             drain("r" + i, pt);
         }
         while (tick <= horizon) {
+            fireProcTimers(tick);
             clock.advanceTime(Duration.ofMillis(tick - now));
             now = tick;
             for (TestProcessingTimeService sourceTime : sourceTimes) {
@@ -805,6 +869,7 @@ public final class FlinkSqlReplay {
             drain("t", tick);
             tick += interval;
         }
+        fireProcTimers(Long.MAX_VALUE); // the job runs on: its last rows are written
         for (List<OneInputStreamOperatorTestHarness<RowData, RowData>> branch : branches.values()) {
             for (OneInputStreamOperatorTestHarness<RowData, RowData> s : branch) {
                 s.close();
