@@ -463,11 +463,13 @@ def simulate(
 
     if counts is not None:
         status["pending"] += sum(buffered.values())
+        # a RANGE frame keeps the rows it wrote until they leave it: those after the key's
+        # last timer are pending; the other frames keep only the rows not written yet
         status["pending"] += sum(
             len(values)
             for key, rows in over_rows.items()
             for time, values in rows.items()
-            if time > over_last[key]
+            if job.over is None or time > over_last[key]
         )
         counts.update(status)
 
