@@ -133,6 +133,7 @@ class KeyOverState:
         self.extremes = [None if h is None else _Extreme(h) for h in self.highest]
         self.last = 0
         self.cleanup: int | None = None
+        self.lost = False  # a processing-time ROWS frame's oldest row lost track of
 
     def add(self, time: int, values: list, seen: int, at: Position) -> None:
         """A row at ``time`` (its event or processing time) read at ``at`` after ``seen``
@@ -163,7 +164,8 @@ class KeyOverState:
 
     def _read(self, time: int, row: list, at: Position) -> None:
         """A processing-time ``ROWS`` frame's ``processElement``: the retention timer moved,
-        then the row written at once with the rows before it."""
+        then the row written at once with the rows before it (the oldest retracted from a
+        full frame, unless the frame lost track of it)."""
         if self.retention and (
             self.cleanup is None or rules.retention_renewed(self.cleanup, time, self.retention)
         ):
@@ -171,8 +173,11 @@ class KeyOverState:
                 del self._timers[self.cleanup]  # deleted, as Flink deletes the old one
             self.cleanup = rules.retention_cleanup_time(time, self.retention)
             self._timer(self.cleanup, 0)
-        if rules.over_rows_full(self.count, self.preceding):
+        if rules.over_rows_full(self.count, self.preceding) and self.lost:
+            self.lost = False  # nothing found to retract
+        elif rules.over_rows_full(self.count, self.preceding):
             self._retract()
+            self.lost = rules.over_rows_lost(self.count)
         self._add(time, row)
         self.firings.append(
             _Written(time, 1, self.count, self._results(), at, True, self.held[0][0])

@@ -206,6 +206,14 @@ def over_clock_timer(time: T) -> T:
     return time + 1
 
 
+def over_rows_lost(held: T) -> Any:
+    """``ProcTimeRowsBoundedPrecedingFunction.processElement``: a retraction that leaves the
+    key no rows (``ROWS 0 PRECEDING``) sets its smallest time to ``Long.MAX_VALUE``, where the
+    next row finds nothing to retract: that row joins the one before it, and the frame holds
+    two rows from then on (each retraction leaves one)."""
+    return held == 0
+
+
 def retention_renewed(cleanup: T, time: T, ttl_ms: int) -> Any:
     """``CleanupState.registerProcessingCleanupTimer``: a row read at ``time`` moves its key's
     cleanup timer when the one set would fire within the state TTL of it (``time + ttl >

@@ -53,6 +53,10 @@ class Job:
         return self.over is not None or self.over_rows is not None or bool(self.over_unbounded)
 
 
+#: Java's Long.MAX_VALUE.
+LONG_MAX = (1 << 63) - 1
+
+
 class Split:
     """One partition: Flink's generator wrapped by ``WatermarksWithIdleness``, and the
     partial watermark ``WatermarkOutputMultiplexer`` keeps for it."""
@@ -180,6 +184,7 @@ def simulate(
     # frame's rows of a ms wait for a timer set for the next ms, a ROWS frame writes each row
     # as it is read. Timers (time, key) fire 1 ms after their time, as the windows' do.
     clock_over_timers: set[tuple[int, str]] = set()
+    clock_rows: dict[str, dict] = {}  # a ROWS frame's state, as ProcTimeRowsBounded... keeps it
 
     def emit(key: str, start: int, end: int, now: int, firing: str) -> None:
         values = contents[(key, start, end)]
@@ -331,12 +336,22 @@ def simulate(
                 clock_over_timers.discard((cleanup, key))
                 over_cleanup[key] = pt + job.over_ttl * 3 // 2
                 clock_over_timers.add((over_cleanup[key], key))
-        frame = over_frame[key]
-        if len(frame) >= job.over_rows + 1:
-            over_plus(key, frame.pop(0)[1], -1)
+        # Flink's own state: rows by time, a counter up to n + 1, the smallest time (a long's
+        # maximum once a retraction took the last row: the next retraction then finds none)
+        state = clock_rows.setdefault(key, {"rows": {}, "counter": 0, "smallest": pt})
+        rows = state["rows"]
+        if state["counter"] == job.over_rows + 1:
+            gone = rows.get(state["smallest"])
+            if gone:
+                over_plus(key, gone.pop(0), -1)
+            if not gone:
+                rows.pop(state["smallest"], None)
+                state["smallest"] = min(rows, default=LONG_MAX)
+        else:
+            state["counter"] += 1
+        rows.setdefault(pt, []).append(r.value)
         over_plus(key, r.value, 1)
-        frame.append((pt, r.value))
-        over_emit(key, frame[0][0], pt, pt, [v for _, v in frame])
+        over_emit(key, min(rows), pt, pt, [v for t in sorted(rows) for v in rows[t]])
 
     def clock_over_fire(key: str, timer: int) -> None:
         """``onTimer`` at ``timer + 1``: the cleanup clears the key (rows, frame, sum); a RANGE
@@ -344,7 +359,7 @@ def simulate(
         the rows read then and writes each with them all."""
         cleanup = over_cleanup.get(key)
         if cleanup is not None and cleanup <= timer:
-            for state in (over_rows, over_frame, over_sum, over_last, over_cleanup):
+            for state in (over_rows, clock_rows, over_sum, over_last, over_cleanup):
                 state.pop(key, None)
             return
         time, rows = timer - 1, over_rows[key]

@@ -286,14 +286,30 @@ CLOCK_ROWS_LOG = [
 ]
 
 
+#: ROWS 0 without a TTL: Flink's function loses track of its oldest row when a retraction
+#: leaves none (its smallest time becomes Long.MAX_VALUE), so the third row retracts nothing
+#: and from then on the frame holds each row with the one before it.
+CLOCK_ROWS_0_LOG = [
+    (1000, 1001, 1000, 0, "on_time", 1, 1.0, 1.0, 1.0),
+    (1000, 1001, 1000, 1, "on_time", 1, 2.0, 2.0, 2.0),
+    (1000, 1002, 1001, 0, "on_time", 2, 6.0, 2.0, 4.0),
+    (1001, 1051, 1050, 0, "on_time", 2, 12.0, 4.0, 8.0),
+    (1050, 1051, 1050, 1, "on_time", 2, 24.0, 8.0, 16.0),
+    (1050, 1102, 1101, 0, "on_time", 2, 48.0, 16.0, 32.0),
+    (1101, 1201, 1200, 0, "on_time", 2, 160.0, 32.0, 128.0),
+    (1200, 1501, 1500, 0, "on_time", 2, 192.0, 64.0, 128.0),
+]
+
+
 @pytest.mark.parametrize("run", list(RUNS))
 @pytest.mark.parametrize(
     ("window", "expected"),
     [
         (OverWindows(100, "processing"), CLOCK_RANGE_LOG),
         (OverWindows(None, "processing", "rows", 1, 100), CLOCK_ROWS_LOG),
+        (OverWindows(None, "processing", "rows", 0), CLOCK_ROWS_0_LOG),
     ],
-    ids=["range", "rows"],
+    ids=["range", "rows", "rows-0"],
 )
 def test_a_processing_time_frame_is_placed_and_fired_by_the_clock(spark, run, window, expected):
     rows = [(0, o, et, "a", v) for o, et, v in CLOCK_ROWS]

@@ -120,6 +120,8 @@ CASES = [
     ),
     # PROCTIME RANGE: the rows read at 1000 wait for a timer set for 1001 (fired at 1002)
     Case("over_clock_timer", rules.over_clock_timer, ((1_000,), (-1,)), (1_001, 0)),
+    # a processing-time ROWS frame left with no row loses track of its oldest
+    Case("over_rows_lost", rules.over_rows_lost, ((0,), (1,)), (True, False)),
     # TTL 600: a row at 500 moves a cleanup set for 1100 (500 + 600 > 1100 is false: kept),
     # one at 501 moves it
     Case(
