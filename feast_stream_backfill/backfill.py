@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -16,6 +17,7 @@ from feast_stream_backfill.columns import WINDOW_END, WINDOW_START
 from feast_stream_backfill.emission_log import emission_log
 from feast_stream_backfill.job import StreamJob, refusing_overflow
 from feast_stream_backfill.planner import Plan, plan, run
+from feast_stream_backfill.stages import stage
 from feast_stream_backfill.triggers import STATUSES
 
 __all__ = ["Backfill", "StreamJob", "backfill"]
@@ -29,7 +31,10 @@ class Backfill:
     dropped, pending), which count (record, window) pairs: with sliding windows a record
     counts once per window it belongs to; with lookups, + ``records_without_state`` (records
     an inner lookup removed); with ``null_keys="drop"``, + ``records_null_key``; with
-    ``where``, + ``records_filtered``.
+    ``where``, + ``records_filtered``. With ``PerRecordTrigger(skip_unchanged=True)``,
+    ``updates_unchanged`` counts the per-record firings not written, their values unchanged:
+    their records were processed, and stay counted in ``records_per_record``, of which they
+    are a part (the log holds ``records_per_record - updates_unchanged`` rows).
     ``long_sums`` describes the sums of integer columns, which can overflow a long. ``plan``:
     the strategies that accepted the job and why (:func:`planner.plan`); ``ran``: the one
     whose result this is (where a faster one declined the archive, ``stats`` has
@@ -72,7 +77,9 @@ def backfill(spark: SparkSession, job: StreamJob, *, strategy: str | None = None
 
     Actions on the data, each a named stage (:mod:`stages`): the record counts, the watermark,
     the status counts (which compute and keep the per-window aggregate the emission log and
-    the dropped records are read from), then whatever the caller does with the results.
+    the dropped records are read from), with a trigger that skips unchanged updates the
+    emission log (kept: counting the updates left out computes it), then whatever the caller
+    does with the results.
     ``strategy`` names the strategy to use (the tests compare every one that accepts a job);
     by default the plan's first.
     """
@@ -84,9 +91,16 @@ def backfill(spark: SparkSession, job: StreamJob, *, strategy: str | None = None
         stats["records_without_state"] = windowed.records_without_state
     if ran.declined:
         stats["strategies_declined"] = len(ran.declined)
+    skips = job.trigger.skip_unchanged
     emissions = emission_log(
-        windowed.fired, job.keys, job.features, job.operator_delay_ms, windowed.shared
+        windowed.fired, job.keys, job.features, job.operator_delay_ms, windowed.shared, skips
     )
+    cached = list(windowed.cached)
+    if skips:  # counted here, kept for the caller's write
+        emissions = emissions.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        cached.append(emissions)
+        with refusing_overflow(windowed.long_sums), stage("emission log"):
+            stats["updates_unchanged"] = stats["records_per_record"] - emissions.count()
     dropped = windowed.dropped.select(
         *job.keys,
         F.timestamp_millis(WINDOW_START).alias("window_start"),
@@ -99,6 +113,6 @@ def backfill(spark: SparkSession, job: StreamJob, *, strategy: str | None = None
         stats=stats,
         plan=chosen,
         ran=ran.strategy.name,
-        cached=windowed.cached,
+        cached=cached,
         long_sums=windowed.long_sums,
     )

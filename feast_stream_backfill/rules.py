@@ -13,8 +13,9 @@ arithmetic stays with its machinery: the global processing order and the periodi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import reduce
 from inspect import isfunction
 from typing import Any, Protocol, TypeVar
 
@@ -226,6 +227,33 @@ def retention_cleanup_time(time: T, ttl_ms: int) -> T:
     ``TableConfigUtils.getMaxIdleStateRetentionTime``: ``ttl * 3 / 2`` in Java's long
     arithmetic. It clears the key's state when it fires (:func:`clock_fires_at`)."""
     return time + ttl_ms * 3 // 2
+
+
+# ------------------------------------------------------------------------- unchanged updates
+
+
+def unchanged_value(previous: T, current: T) -> Any:
+    """Flink's generated ``RecordEqualiser`` on one field of an aggregation's result row
+    (``EqualiserCodeGenerator``, the equaliser ``GroupAggHelper`` compares a key's previous
+    and new result with): two nulls are equal, a null and a value are not, and two values of
+    a primitive type (``DOUBLE``, ``BIGINT``, ``INT``) compare with Java's ``==``, so a NaN
+    equals nothing, itself included, and ``0.0`` equals ``-0.0``. Python's and numpy's
+    ``==`` say the same; Spark's ``=`` takes a NaN as equal to a NaN and a null as unknown,
+    so a Column compares null-safely and a NaN is never equal."""
+    if type(previous).__module__.startswith("pyspark"):
+        from pyspark.sql import functions as F
+
+        return previous.eqNullSafe(current) & ~F.isnan(current)  # type: ignore[attr-defined]
+    return previous == current
+
+
+def unchanged_update(previous: Sequence[T], current: Sequence[T], first: Any) -> Any:
+    """``GroupAggHelper.processElement`` with state cleaning off (no state TTL): an update
+    that is not its key's first (``first``: it is; the first is always written) and whose
+    every result equals the previous one's (:func:`unchanged_value`, field by field) is not
+    written."""
+    equal = [unchanged_value(p, c) for p, c in zip(previous, current, strict=True)]
+    return choose(first, False, reduce(lambda held, next_one: held & next_one, equal))
 
 
 class TriggerRule(Protocol):

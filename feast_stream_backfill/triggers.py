@@ -13,7 +13,8 @@ timer (``onEventTime``/``onProcessingTime``), which fires the window later:
 - :class:`ProcessingTimeTrigger`: waits for the clock to pass ``maxTs`` (fired at ``maxTs +
   1``, Flink's timer delay); never late.
 - :class:`PerRecordTrigger` (``CountTrigger.of(1)``): every accepted record fires at once
-  (PER_RECORD); no timer.
+  (PER_RECORD); no timer. With ``skip_unchanged``, a firing that repeats its key's previous
+  values is not written (Flink SQL's unbounded ``GROUP BY`` without a state TTL).
 
 A trigger states its ``onElement`` as data; :func:`rules.on_element` applies it, with the
 cleanup and lateness rules, to Python booleans (the session replay) and to Spark columns
@@ -48,6 +49,7 @@ class EventTimeTrigger:
 
     allowed_lateness_ms: int = 0
     domain: ClassVar[str] = "event"
+    skip_unchanged: ClassVar[bool] = False  # every firing is written
     #: ``onElement`` before and after the watermark passed ``maxTs``: a firing, or None (wait).
     on_element: ClassVar[tuple[str | None, str | None]] = (None, LATE)
     timer: ClassVar[str | None] = WATERMARK
@@ -64,6 +66,7 @@ class ProcessingTimeTrigger:
 
     allowed_lateness_ms: ClassVar[int] = 0
     domain: ClassVar[str] = "processing"
+    skip_unchanged: ClassVar[bool] = False  # every firing is written
     on_element: ClassVar[tuple[str | None, str | None]] = (None, None)
     timer: ClassVar[str | None] = CLOCK
 
@@ -71,15 +74,27 @@ class ProcessingTimeTrigger:
 @dataclass(frozen=True)
 class PerRecordTrigger:
     """``CountTrigger.of(1)``: every accepted record fires each window it belongs to, at its
-    processing time. Event-time windows still close at ``W >= maxTs + L``."""
+    processing time. Event-time windows still close at ``W >= maxTs + L``.
+
+    ``skip_unchanged``: a firing whose every feature equals its key's previous firing's is
+    not written (:func:`rules.unchanged_update`; the key's first is), as Flink SQL's
+    ``GroupAggFunction`` writes an unbounded ``GROUP BY`` without a state TTL
+    (``GroupAggHelper``). It belongs to this trigger because per-record firing is the one
+    that writes a key's running result with every record, so the one whose update can repeat
+    the previous; a timer's firing writes a window once, and a job cannot ask it of one. The
+    record is still processed: counted in ``records_per_record``, and the firings left out
+    in ``updates_unchanged`` (``Backfill.stats``)."""
 
     allowed_lateness_ms: int = 0
+    skip_unchanged: bool = False
     domain: ClassVar[str] = "any"
     on_element: ClassVar[tuple[str | None, str | None]] = (PER_RECORD, PER_RECORD)
     timer: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         _check_lateness(self.allowed_lateness_ms)
+        if not isinstance(self.skip_unchanged, bool):
+            raise ValueError(f"skip_unchanged must be True or False, got {self.skip_unchanged!r}")
 
 
 Trigger = EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger

@@ -47,6 +47,10 @@ class Job:
     over_rows: int | None = None  # OVER, ROWS of this many rows PRECEDING
     over_unbounded: str = ""  # OVER, "range" or "rows" BETWEEN UNBOUNDED PRECEDING
     over_ttl: int = 0  # a processing-time ROWS OVER's table.exec.state.ttl; 0: none
+    #: Flink SQL's GROUP BY without a state TTL: a per-record firing whose results named here
+    #: (of "count", "sum", "min", "max", "mean": the job's features) all equal the ones its
+    #: key last wrote is not written; (): every firing is
+    skip_unchanged: tuple[str, ...] = ()
 
     @property
     def is_over(self) -> bool:
@@ -145,12 +149,14 @@ def simulate(
 ) -> tuple[list[tuple], dict[tuple, int]]:
     """Returns (emissions, dropped). An emission is (key, window_start, window_end,
     emit_time, emit_sequence, firing, count, sum, min, max); dropped maps (key, start) -> n.
-    Aggregates follow Java doubles (a NaN makes sum, min and max NaN).
+    Aggregates follow Java doubles (a NaN makes sum, min and max NaN); a null value (a Flink SQL
+    expression's) is counted, and skipped by sum, min and max.
 
     ``counts``, if given, is filled with the plugin's ``Backfill.stats`` statuses of the
     distinct (record, window) pairs (:data:`STATUSES`): ``on_time`` once an on-time firing
     emitted it, ``late`` if it fired a late firing, ``per_record``, ``dropped`` (a session's
-    dropped record in its own window), ``pending`` if still waiting when the archive ends."""
+    dropped record in its own window), ``pending`` if still waiting when the archive ends; with
+    ``skip_unchanged``, ``updates_unchanged``: the per-record firings not written."""
     timed = processing_times(records, job)
     bounds = dict(job.topic_bounds)
     splits = {(r.topic, r.partition): Split(bounds.get(r.topic, job.bound)) for _, r in timed}
@@ -166,6 +172,7 @@ def simulate(
     emissions: list[tuple] = []
     dropped: dict[tuple, int] = defaultdict(int)  # (key, start) -> n, over the start's windows
     status: dict[str, int] = dict.fromkeys(STATUSES, 0)
+    status["unchanged"] = 0  # per-record firings not written (counted in per_record too)
     buffered: dict[tuple, int] = defaultdict(int)  # window -> records awaiting its timer
     # OVER (RowTimeRangeBoundedPrecedingFunction): per key, its rows in state by time, the
     # SUM's running accumulator (added and retracted as Flink does: rounding and NaN stay),
@@ -185,24 +192,34 @@ def simulate(
     # as it is read. Timers (time, key) fire 1 ms after their time, as the windows' do.
     clock_over_timers: set[tuple[int, str]] = set()
     clock_rows: dict[str, dict] = {}  # a ROWS frame's state, as ProcTimeRowsBounded... keeps it
+    # skip_unchanged: per key, the results of its last firing written
+    last_written: dict[str, tuple] = {}
 
     def emit(key: str, start: int, end: int, now: int, firing: str) -> None:
+        """Write the window's aggregates: sum, min and max of its values but the nulls (null
+        where all are), count of them all. A per-record firing repeating what its key last
+        wrote, with ``skip_unchanged``, is not written."""
         values = contents[(key, start, end)]
-        emissions.append(
-            (
-                key,
-                start,
-                end,
-                now + job.operator_delay,
-                firing,
-                len(values),
-                sum(values),
-                java_min(values),
-                java_max(values),
-            )
-        )
+        present = [v for v in values if v is not None]
+        total = sum(present) if present else None
+        low, high = (java_min(present), java_max(present)) if present else (None, None)
         if firing in ("on_time", "late"):  # the records it waited for are out
             status["on_time"] += buffered.pop((key, start, end), 0)
+        if job.skip_unchanged and firing == "per_record":
+            results = {"count": len(values), "sum": total, "min": low, "max": high}
+            results["mean"] = None if total is None else total / len(present)
+            written = tuple(results[name] for name in job.skip_unchanged)
+            before = last_written.get(key)
+            # Java's ==: a NaN equals nothing (Python's == agrees); two nulls are equal
+            if before is not None and all(
+                a == b or a is None and b is None for a, b in zip(before, written, strict=True)
+            ):
+                status["unchanged"] += 1
+                return
+            last_written[key] = written
+        emissions.append(
+            (key, start, end, now + job.operator_delay, firing, len(values), total, low, high)
+        )
 
     def advance_watermark(now: int) -> None:
         """Each source combines its splits, the operator takes MIN over sources (or the seed's
@@ -486,7 +503,10 @@ def simulate(
             for time, values in rows.items()
             if job.over is None or time > over_last[key]
         )
+        unchanged = status.pop("unchanged")
         counts.update(status)
+        if job.skip_unchanged:
+            counts["updates_unchanged"] = unchanged
 
     sequence: dict[tuple, int] = defaultdict(int)
     numbered = []

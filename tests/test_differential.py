@@ -61,7 +61,7 @@ from feast_stream_backfill import (
 )
 from feast_stream_backfill.planner import eligible
 from tests.conftest import collect_log
-from tests.reference_simulator import Job, Record, simulate
+from tests.reference_simulator import STATUSES, Job, Record, simulate
 
 settings.register_profile(
     "ci",
@@ -87,6 +87,11 @@ REALISTIC = 1_767_571_200_000
 VALUES = [float(1 + i % 9) for i in range(29)] + [math.nan]
 FINITE = [float(v) for v in range(1, 10)]
 NAN_RICH = FINITE + [math.nan] * 3
+#: The results a trigger that skips unchanged updates compares (the simulator's own; mean and
+#: count, changed by every record of a window, would leave nothing to skip), and the zeros
+#: that leave a window's sum, min and max as they were once it holds one.
+SKIPPED = ("sum", "min", "max")
+ZEROS = [0.0] * 9
 T = TypeVar("T")
 
 
@@ -114,7 +119,7 @@ def plugin_window(
 
 def plugin_trigger(job: Job) -> EventTimeTrigger | ProcessingTimeTrigger | PerRecordTrigger:
     if job.trigger == "per_record":
-        return PerRecordTrigger(job.lateness)
+        return PerRecordTrigger(job.lateness, skip_unchanged=bool(job.skip_unchanged))
     return EventTimeTrigger(job.lateness) if job.domain == "event" else ProcessingTimeTrigger()
 
 
@@ -128,7 +133,7 @@ def run_backfill(
 
 def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) -> StreamJob:
     """The job as the plugin's StreamJob (with ``options``), one archived topic per simulator
-    topic; features sum, min, max (the simulator's), mean and count."""
+    topic; features sum, min, max (the simulator's), mean and count (:func:`features`)."""
     topics = []
     for name in sorted({r.topic for r in records}):
         rows = [(r.partition, r.offset, r.et, r.key, r.value) for r in records if r.topic == name]
@@ -146,7 +151,7 @@ def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) 
         topics=topics,
         keys=["user"],
         window=plugin_window(job),
-        aggregations=[Aggregation("amount", f, f) for f in ("sum", "min", "max", "mean", "count")],
+        aggregations=[Aggregation("amount", f, f) for f in features(job)],
         trigger=plugin_trigger(job),
         watermark=WatermarkStrategy(
             job.bound, job.interval, job.emission, job.combine, job.idleness or None
@@ -155,6 +160,12 @@ def stream_job(spark: SparkSession, records: list[Record], job: Job, **options) 
         operator_delay_ms=job.operator_delay,
         **options,
     )
+
+
+def features(job: Job) -> tuple[str, ...]:
+    """The plugin's features of the simulator's job: its sum, min and max, and mean and count,
+    but where updates are compared (:data:`SKIPPED`)."""
+    return job.skip_unchanged or ("sum", "min", "max", "mean", "count")
 
 
 def spark_backfill(
@@ -169,11 +180,16 @@ def spark_backfill(
 
 
 def spark_backfill_with_stats(spark: SparkSession, records: list[Record], job: Job, **options):
-    """(emissions + (mean, count), dropped, stats)."""
+    """(emissions + (mean, count) where the job has them, dropped, stats)."""
     result = run_backfill(spark, records, job, **options)
-    emissions, dropped = collect_log(result, extra=("mean", "count"))
+    emissions, dropped = collect_log(result, extra=features(job)[3:])
     result.release()
     return emissions, dropped, result.stats
+
+
+def as_logged(job: Job, emissions: Iterable[tuple]) -> Iterable[tuple]:
+    """The simulator's emissions with the plugin's features of the job."""
+    return emissions if job.skip_unchanged else map(with_mean_and_count, emissions)
 
 
 def with_mean_and_count(emission: tuple) -> tuple:
@@ -197,7 +213,8 @@ def expected_stats(records: list[Record], counts: Mapping[str, int]) -> dict[str
     return {
         "records_read": len(records),
         "duplicates_removed": len(records) - distinct,
-        **{f"records_{status}": n for status, n in counts.items()},
+        **{f"records_{status}": n for status, n in counts.items() if status in STATUSES},
+        **{k: n for k, n in counts.items() if k == "updates_unchanged"},
     }
 
 
@@ -216,11 +233,17 @@ def check(spark: SparkSession, records: list[Record], job: Job, **options) -> li
         actual, actual_dropped, stats = spark_backfill_with_stats(
             spark, records, job, strategy=strategy.name, **options
         )
-        assert normalized(actual) == normalized(map(with_mean_and_count, emissions)), strategy
+        assert normalized(actual) == normalized(as_logged(job, emissions)), strategy
         assert actual_dropped == dropped, strategy
         assert {k: stats.get(k) for k in expected} == expected, strategy
         CHECKED[strategy.name] += 1
     return emissions
+
+
+def with_zeros(records: list[Record]) -> list[Record]:
+    """The records with values 1 to 4 made 0.0: a window's sum, min and max stay as they were
+    when a second zero comes (a skipped update, with ``skip_unchanged``)."""
+    return [replace(r, value=0.0) if 1.0 <= r.value <= 4.0 else r for r in records]
 
 
 def shifted(records: list[Record], base: int) -> list[Record]:
@@ -302,6 +325,7 @@ OPTIONS: dict[str, tuple] = {
     "base": (0, REALISTIC),
     "interval": (1, 50, 200),
     "nan": (False, True),
+    "unchanged": (False, True),  # per-record firings skipping unchanged updates, some skipped
 }
 
 
@@ -312,6 +336,8 @@ def valid(row: Mapping[str, object]) -> bool:
     kind = str(row.get("kind"))
     if kind.startswith("over") and (row.get("trigger") == "per_record" or row.get("lateness")):
         return False
+    if row.get("unchanged") and (row.get("trigger") == "default" or kind.startswith("over")):
+        return False  # skipping unchanged updates is per-record firing's
     if kind == "over unbounded" and row.get("domain") == "processing":
         return False
     return not row.get("idleness") or (row.get("topics", 1) == 1 and row.get("combine") != "max")
@@ -360,7 +386,8 @@ def table_case(index: int, row: Mapping) -> tuple[list[Record], Job]:
 
 
 def _drawn_case(rng: random.Random, row: Mapping) -> tuple[list[Record], Job]:
-    records = archive(rng, ("t1", "t2")[: row["topics"]], NAN_RICH if row["nan"] else FINITE)
+    values = NAN_RICH if row["nan"] else FINITE
+    records = archive(rng, ("t1", "t2")[: row["topics"]], values + ZEROS * row["unchanged"])
     per_topic = row["topics"] == 2 and row["combine"] == "min"  # MAX: one bound for all
     job = Job(
         size=rng.choice([10, 50, 100, 300]),
@@ -385,13 +412,17 @@ def _drawn_case(rng: random.Random, row: Mapping) -> tuple[list[Record], Job]:
         over_ttl=rng.choice([0, 2, 40])
         if (row["kind"], row["domain"]) == ("over rows", "processing")
         else 0,
+        skip_unchanged=SKIPPED if row["unchanged"] else (),
     )
     return shifted(records, row["base"]), job
 
 
 def options_of(records: list[Record], job: Job) -> dict[str, object]:
     """A case's option values, read from its job and archive (not from its table row); "nan":
-    a NaN was aggregated with other values in an emission."""
+    a NaN was aggregated with other values in an emission; "unchanged": an unchanged update
+    was skipped."""
+    counts: dict[str, int] = {}
+    emissions = simulate(records, job, counts)[0]
     return {
         "kind": "over"
         if job.over is not None
@@ -416,7 +447,8 @@ def options_of(records: list[Record], job: Job) -> dict[str, object]:
         "combine": job.combine,
         "base": REALISTIC if min(r.et for r in records) >= REALISTIC else 0,
         "interval": job.interval,
-        "nan": any(e[6] > 1 and math.isnan(e[7]) for e in simulate(records, job)[0]),
+        "nan": any(e[6] > 1 and math.isnan(e[7]) for e in emissions),
+        "unchanged": counts.get("updates_unchanged", 0) > 0,
     }
 
 
@@ -427,7 +459,8 @@ def _case_id(records: list[Record], job: Job) -> str:
     o = options_of(records, job)
     named = [o["kind"], o["domain"], o["emission"], o["trigger"], f"{o['topics']}topics"]
     named += [o["combine"], "epoch" if o["base"] else "t0", f"I{o['interval']}"]
-    named += [name for name in ("lateness", "idleness", "d1", "d2", "d3", "nan") if o[name]]
+    optional = ("lateness", "idleness", "d1", "d2", "d3", "nan", "unchanged")
+    named += [name for name in optional if o[name]]
     return "-".join(map(str, named))
 
 
@@ -461,6 +494,11 @@ def test_the_table_covers_every_valid_pair():
             for invalid in (("trigger", "per_record"), ("lateness", True))
         ],
         {("kind", "over unbounded"), ("domain", "processing")},
+        {("unchanged", True), ("trigger", "default")},
+        *[
+            {("kind", over), ("unchanged", True)}
+            for over in ("over", "over rows", "over unbounded")
+        ],
     ]
     wanted = {
         ((a, x), (b, y))
@@ -469,8 +507,8 @@ def test_the_table_covers_every_valid_pair():
         for y in OPTIONS[b]
         if {(a, x), (b, y)} not in invalid
     }
-    # kind six-valued, interval three-valued, 12 two-valued; 9 pairs invalid
-    assert len(wanted) == 6 * 3 + (6 + 3) * 12 * 2 + 66 * 2 * 2 - 9
+    # kind six-valued, interval three-valued, 13 two-valued; 13 pairs invalid
+    assert len(wanted) == 6 * 3 + (6 + 3) * 13 * 2 + 78 * 2 * 2 - 13
     covered = set().union(*(pairs_of(options_of(*case)) for case in TABLE))
     assert sorted(wanted - covered) == []
     for records, job in TABLE:

@@ -1,6 +1,6 @@
 """The Spark backfill against the reference simulator on archives and jobs hypothesis draws:
-every kind of job, session jobs (the merging strategy's), cumulative ones and jobs with a
-record filter, each case
+every kind of job, session jobs (the merging strategy's), per-record firings skipping
+unchanged updates, cumulative ones and jobs with a record filter, each case
 compared in full by :func:`tests.test_differential.check`. The drawing and the profiles
 (``ci``: 4 derandomized examples per test besides the ``@example``s; ``long``) are
 tests/test_differential.py's; the tests are in a file of their own so that a second test
@@ -27,6 +27,7 @@ from tests.test_differential import (
     REALISTIC,
     SESSION_JOB,
     SESSION_REPRODUCTION,
+    SKIPPED,
     archives,
     check,
     expected_stats,
@@ -37,6 +38,7 @@ from tests.test_differential import (
     spark_backfill_with_stats,
     stream_job,
     with_mean_and_count,
+    with_zeros,
 )
 
 
@@ -69,6 +71,22 @@ def test_merging_backfill_equals_reference_simulator(spark, records, job, base):
     records, job = shifted(records, base), modelled(job, records)
     assert plan(stream_job(spark, records, job)).strategy.name == "merging"
     check(spark, records, job)
+
+
+#: Per-record firings skipping unchanged updates (Flink SQL's GROUP BY without a state TTL),
+#: with every other option drawn as in ``jobs``: windows of either domain, sessions among
+#: them, with or without lateness.
+skipping_jobs = jobs.map(lambda job: replace(job, trigger="per_record", skip_unchanged=SKIPPED))
+
+
+@given(records=archives(), job=skipping_jobs, base=st.sampled_from([0, REALISTIC]))
+def test_skipping_unchanged_updates_equals_reference_simulator(spark, records, job, base):
+    """A firing whose sum, min and max all equal its key's previous firing's is left out,
+    by every strategy that accepts the job, as the simulator leaves it out (comparing with the
+    key's last written values); a NaN is never unchanged. Values 1 to 4 are zeros here, so
+    that windows keep their sum, min and max."""
+    assume(records)
+    check(spark, shifted(with_zeros(records), base), modelled(job, records))
 
 
 #: Cumulative windows (Flink SQL's CUMULATE) with every other option drawn as in ``jobs``,

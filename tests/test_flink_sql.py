@@ -3,6 +3,7 @@ the refusals, and SQL's watermark boundary (ts - B, where DataStream's is max(ts
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 import pytest
@@ -366,12 +367,6 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
             "line 1, column 1: SET 'table.exec.mini-batch.enabled' is not supported",
         ),
         (
-            UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""),
-            "line 4, column 13: an unbounded GROUP BY without 'table.exec.state.ttl' or "
-            "COUNT(*) is not supported: without a state TTL Flink's GroupAggFunction skips an "
-            "update equal to the key's previous result",
-        ),
-        (
             UNBOUNDED.replace("GROUP BY user_id", "GROUP BY user_id, window_start"),
             "line 8, column 19: GROUP BY window_start without a window is not supported",
         ),
@@ -440,7 +435,6 @@ def test_periodic_watermarks_over_out_of_order_records_are_refused(spark):
         "join",
         "set",
         "mini-batch",
-        "unbounded-without-ttl",
         "unbounded-window-column",
         "hint",
         "where-divide",
@@ -515,7 +509,8 @@ def test_an_unbounded_aggregation_updates_every_record_until_its_state_expires(s
 def test_an_unbounded_aggregation_without_a_ttl_counting_records_writes_every_update(spark):
     """Without a TTL the state never expires and Flink skips an update equal to the previous
     result, but a COUNT(*) makes every update differ: each record's is written, u1's 10:14
-    record joining the 10:00 state (a 10-minute TTL would have expired it)."""
+    record joining the 10:00 state (a 10-minute TTL would have expired it). The trigger skips
+    unchanged updates all the same: Flink's rule, which never finds one here."""
     rows = [
         (0, 0, "2026-01-01 10:00:00", "u1", 1.0),
         (0, 1, "2026-01-01 10:04:00", "u1", 2.0),
@@ -528,6 +523,7 @@ def test_an_unbounded_aggregation_without_a_ttl_counting_records_writes_every_up
     )
     job = job_from_sql(spark, forever, {"transactions": archive(spark, rows)})
     assert job.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
+    assert job.trigger == PerRecordTrigger(skip_unchanged=True)  # what Flink runs
     log = backfill(spark, job).emissions.orderBy("emit_time").collect()
     assert [(r["user_id"], r["spend"], r["largest"]) for r in log] == [
         ("u1", 1.0, 1),
@@ -537,6 +533,86 @@ def test_an_unbounded_aggregation_without_a_ttl_counting_records_writes_every_up
         ("u1", 11.0, 4),
     ]
     assert {r["window_start"].strftime("%H:%M") for r in log if r["user_id"] == "u1"} == {"10:00"}
+
+
+def _nullable_archive(spark, rows: list[tuple[int, str, str, float | None]]) -> ArchivedTopic:
+    """One partition's ``(offset, ts, user_id, amount)`` rows, amounts null or NaN too."""
+    records = spark.createDataFrame(
+        [(0, o, u, a, ts) for o, ts, u, a in rows],
+        "partition int, offset long, user_id string, amount double, ts string",
+    ).withColumn("ts", F.to_timestamp("ts"))
+    return ArchivedTopic("transactions", dataframe=records, timestamp_col="ts")
+
+
+#: The unbounded GROUP BY without a state TTL: Flink's GroupAggHelper skips an update equal to
+#: the key's previous result.
+FOREVER = UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", "")
+
+
+@pytest.mark.parametrize("ttl", [None, "0 ms"], ids=["not-set", "zero"])
+def test_an_unbounded_aggregation_without_a_ttl_skips_an_unchanged_update(spark, ttl):
+    """SUM and MAX, state kept forever (no TTL, or 0: Flink's default). An update whose SUM
+    and MAX both equal the key's previous ones is not written: a $0 with MAX unchanged, a null
+    amount (skipped by both); the key's first always is; u3's SUM and MAX over nulls only stay
+    null, equal. Rows written at one instant are numbered among themselves."""
+    rows = [
+        (0, "2026-01-01 10:00:00", "u1", 1.0),
+        (1, "2026-01-01 10:00:00", "u1", 0.0),  # (1, 1) again: skipped
+        (2, "2026-01-01 10:00:00", "u1", 3.0),  # (4, 3): emit_sequence 1
+        (3, "2026-01-01 10:01:00", "u2", 5.0),
+        (4, "2026-01-01 10:02:00", "u1", 0.0),  # a SUM of 0.0, MAX unchanged: skipped
+        (5, "2026-01-01 10:03:00", "u1", 2.0),  # MAX unchanged, SUM not: written
+        (6, "2026-01-01 10:04:00", "u2", None),  # changes nothing: skipped
+        (7, "2026-01-01 10:05:00", "u3", None),  # the first: (null, null) written
+        (8, "2026-01-01 10:06:00", "u3", None),  # (null, null) again: skipped
+        (9, "2026-01-01 10:07:00", "u3", 2.0),
+    ]
+    script = FOREVER if ttl is None else UNBOUNDED.replace("'10 min'", f"'{ttl}'")
+    job = job_from_sql(spark, script, {"transactions": _nullable_archive(spark, rows)})
+    assert job.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
+    assert job.trigger == PerRecordTrigger(skip_unchanged=True)
+    result = backfill(spark, job)
+    log = result.emissions.orderBy("emit_time", "emit_sequence").collect()
+    assert [
+        (r["user_id"], r["emit_time"].strftime("%H:%M"), r["emit_sequence"], r["spend"])
+        + (r["largest"],)
+        for r in log
+    ] == [
+        ("u1", "10:00", 0, 1.0, 1.0),
+        ("u1", "10:00", 1, 4.0, 3.0),
+        ("u2", "10:01", 0, 5.0, 5.0),
+        ("u1", "10:03", 0, 6.0, 3.0),
+        ("u3", "10:05", 0, None, None),
+        ("u3", "10:07", 0, 2.0, 2.0),
+    ]
+    assert (result.stats["records_per_record"], result.stats["updates_unchanged"]) == (10, 4)
+    result.release()
+
+
+def test_an_unbounded_aggregation_without_a_ttl_writes_every_nan_update(spark):
+    """A NaN equals nothing, itself included (Java's ==, as Flink's equaliser compares
+    doubles): once u1's SUM is NaN, each update is written, a $0 too; u2's $0 after $0 is
+    skipped. (MIN and MAX of a column with NaN are refused: Flink SQL's keep or skip it by
+    position.)"""
+    rows = [
+        (0, "2026-01-01 10:00:00", "u1", 1.0),
+        (1, "2026-01-01 10:01:00", "u1", math.nan),
+        (2, "2026-01-01 10:02:00", "u1", 0.0),
+        (3, "2026-01-01 10:03:00", "u2", 0.0),
+        (4, "2026-01-01 10:04:00", "u2", 0.0),
+        (5, "2026-01-01 10:05:00", "u1", math.nan),
+    ]
+    script = FOREVER.replace(", MAX(amount) AS largest", "")
+    job = job_from_sql(spark, script, {"transactions": _nullable_archive(spark, rows)})
+    assert job.trigger == PerRecordTrigger(skip_unchanged=True)
+    log = backfill(spark, job).emissions.orderBy("emit_time").collect()
+    assert [(r["user_id"], r["emit_time"].strftime("%H:%M"), str(r["spend"])) for r in log] == [
+        ("u1", "10:00", "1.0"),
+        ("u1", "10:01", "nan"),
+        ("u1", "10:02", "nan"),
+        ("u2", "10:03", "0.0"),
+        ("u1", "10:05", "nan"),
+    ]
 
 
 def test_a_where_filters_records_that_still_move_the_watermark(spark):
@@ -693,6 +769,15 @@ def test_a_processing_time_over_from_unbounded_preceding_maps_as_the_unbounded_g
         None, PROC_OVER.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""), archives
     )
     assert forever.window == SessionWindows(gap_ms=NEVER_EXPIRES, domain="processing")
+    # ProcTimeUnboundedPrecedingFunction writes every update; the GROUP BY skips unchanged ones
+    assert forever.trigger == PerRecordTrigger()
+    grouped = job_from_sql(
+        None, UNBOUNDED.replace("SET 'table.exec.state.ttl' = '10 min';\n", ""), archives
+    )
+    assert (grouped.window, grouped.trigger) == (
+        forever.window,
+        PerRecordTrigger(skip_unchanged=True),
+    )
 
 
 @pytest.mark.parametrize(

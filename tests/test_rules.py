@@ -7,6 +7,7 @@ examples, and the values expected. One DataFrame holds every case's examples: on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,23 @@ CASES = [
         ((1_000,), (0,)),
         (1_901, 901),
     ),
+    # a key's result field: equal values are, different ones are not (NaN, nulls and -0.0 in
+    # test_unchanged_value_follows_java_doubles_and_nulls)
+    Case("unchanged_value", rules.unchanged_value, ((5, 5), (5, 6)), (True, False)),
+    # an update (one result) unchanged from the one before, a changed one; its key's first
+    # (here: a previous result below 0) is written whatever it holds
+    Case(
+        "unchanged_update",
+        lambda p, c: rules.unchanged_update([p], [c], p < 0),
+        ((5, 5), (5, 6)),
+        (True, False),
+    ),
+    Case(
+        "unchanged_update, first",
+        lambda p, c: rules.unchanged_update([p, c], [p, c], p < 0),
+        ((-1, 7), (2, 7)),
+        (False, True),
+    ),
     # EventTimeTrigger: dropped where the state is gone, else LATE past maxTs, else waiting
     Case(
         "on_element",
@@ -189,6 +207,38 @@ def test_on_spark_columns(spark):
     assert {case.name: (got[0][i], got[1][i]) for i, case in enumerate(CASES)} == {
         case.name: case.expected for case in CASES
     }
+
+
+#: (previous, current, unchanged) as Flink's equaliser has it: Java's == on doubles, nulls
+#: equal to nulls only.
+JAVA_EQUALS = [
+    (1.5, 1.5, True),
+    (1.5, 2.5, False),
+    (math.nan, math.nan, False),  # Spark's = would say True
+    (1.0, math.nan, False),
+    (math.nan, 1.0, False),
+    (-0.0, 0.0, True),
+    (None, None, True),  # a SUM of nulls only, twice
+    (None, 1.0, False),
+    (1.0, None, False),
+]
+
+
+def test_unchanged_value_follows_java_doubles_and_nulls(spark):
+    """NaN is never unchanged, two nulls are, a null and a value are not; on Python floats,
+    numpy float64 arrays (no nulls) and Spark double Columns alike."""
+    assert [rules.unchanged_value(p, c) for p, c, _ in JAVA_EQUALS] == [u for *_, u in JAVA_EQUALS]
+    numbers = [(p, c, u) for p, c, u in JAVA_EQUALS if p is not None and c is not None]
+    previous = np.array([p for p, _, _ in numbers], dtype=np.float64)
+    current = np.array([c for _, c, _ in numbers], dtype=np.float64)
+    assert rules.unchanged_value(previous, current).tolist() == [u for *_, u in numbers]
+    df = spark.createDataFrame([(p, c) for p, c, _ in JAVA_EQUALS], "p double, c double")
+    got = df.select(rules.unchanged_value(F.col("p"), F.col("c")).alias("u")).collect()
+    assert [r.u for r in got] == [u for *_, u in JAVA_EQUALS]
+    # an update of two results: one NaN makes it changed, however equal the other
+    assert not rules.unchanged_update([1.0, math.nan], [1.0, math.nan], False)
+    assert rules.unchanged_update([None, 2.0], [None, 2.0], False)
+    assert not rules.unchanged_update([None, 2.0], [None, 2.0], True)  # the first is written
 
 
 def test_idle_wait_counts_whole_intervals_past_the_timeout():

@@ -38,6 +38,11 @@ def check_explainable(job: StreamJob) -> None:
             "explain: processing-time windows never drop and never wait for a watermark, so "
             "B and L change nothing; use an event-time window"
         )
+    if job.trigger.skip_unchanged:
+        raise ValueError(
+            "explain: a trigger that skips unchanged updates (Flink SQL's unbounded GROUP BY "
+            "without a state TTL) is not supported: the figures count every firing"
+        )
     overridden = [t.name for t in job.topics if t.out_of_orderness_ms is not None]
     if overridden:
         raise ValueError(

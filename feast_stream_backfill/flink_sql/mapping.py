@@ -36,10 +36,11 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   returned): a record read at or after the last write plus the TTL starts afresh. That is a
   processing-time session of gap TTL fired by every record: :class:`SessionWindows` in the
   processing domain with :class:`PerRecordTrigger`, whose session ends (its timer at
-  ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL Flink skips
-  an update equal to the previous result (``GroupAggHelper``), not modelled: refused, unless
-  a ``COUNT(*)`` makes every update differ; then the session never ends
-  (:data:`NEVER_EXPIRES`).
+  ``maxTs + 1 = last + TTL``) before that millisecond's records. Without a TTL the session
+  never ends (:data:`NEVER_EXPIRES`), and Flink skips an update equal to the key's previous
+  result (``GroupAggHelper``: state cleaning off, the generated ``RecordEqualiser``):
+  ``PerRecordTrigger(skip_unchanged=True)``, set with a ``COUNT(*)`` too (no update is then
+  skipped, every one counting one more record).
 - An ``OVER`` from ``UNBOUNDED PRECEDING`` ordered by a ``PROCTIME()`` column, ``ROWS`` or
   ``RANGE`` alike, runs ``ProcTimeUnboundedPrecedingFunction``: each record adds to its key's
   accumulator and is written at once with it, every one (no update is skipped), the
@@ -207,12 +208,15 @@ def job_from_sql(
         if spark is not None:
             for topic in topics:
                 _check_no_nan(spark, topic, chosen, types, lookups)
+        ttl = _state_ttl(settings)
         return StreamJob(
             topics=topics,
             keys=keys,
-            window=SessionWindows(gap_ms=_state_ttl(settings, chosen), domain="processing"),
+            window=SessionWindows(gap_ms=ttl or NEVER_EXPIRES, domain="processing"),
             aggregations=aggregations,
-            trigger=PerRecordTrigger(),
+            # GroupAggHelper skips an unchanged update with state cleaning off; the OVER's
+            # ProcTimeUnboundedPrecedingFunction writes every one
+            trigger=PerRecordTrigger(skip_unchanged=not ttl and not chosen.processing_time),
             lookups=lookups,
             derived=derived,
             where=where,
@@ -293,36 +297,11 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
     return settings
 
 
-def _state_ttl(settings: _Settings, insert: AggregatingInsert) -> int:
-    """A per-record aggregation's state TTL, the gap of its processing-time session; without
-    one (not set, or 0: Flink's default, state kept forever), :data:`NEVER_EXPIRES`, for a
-    processing-time ``OVER`` and where a ``COUNT(*)`` changes the result with every record.
-    Without a TTL, Flink's ``GroupAggHelper`` skips an update equal to the key's previous
-    result, which the model does not state; an update that counts the key's records is never
-    equal to the one before, so then every update is written, as with a TTL that never ends."""
-    ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
-    if ttl > 0:
-        return ttl
-    if insert.processing_time or any(_counts_records(a, insert) for a in insert.aggregates):
-        return NEVER_EXPIRES  # ProcTimeUnboundedPrecedingFunction writes every update
-    where = settings.state_ttl.at if settings.state_ttl is not None else insert.at
-    raise UnsupportedSqlError(
-        f"an unbounded GROUP BY without {STATE_TTL!r} or COUNT(*)",
-        where.line,
-        where.column,
-        "without a state TTL Flink's GroupAggFunction skips an update equal to the key's "
-        "previous result, which is not modelled; with a COUNT(*) among the aggregates no update "
-        "is: set the TTL the job runs with, or add a COUNT(*)",
-    )
-
-
-def _counts_records(aggregate: Aggregate, insert: AggregatingInsert) -> bool:
-    """``COUNT(*)``, or ``COUNT`` of a key column (never null): one more with every record."""
-    return (
-        aggregate.function == "count"
-        and aggregate.expression is None
-        and (aggregate.column is None or aggregate.column in insert.keys)
-    )
+def _state_ttl(settings: _Settings) -> int:
+    """A per-record aggregation's state TTL, the gap of its processing-time session; 0 without
+    one (not set, or 0: Flink's default, state kept forever): the session never ends
+    (:data:`NEVER_EXPIRES`)."""
+    return _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
 
 
 def _insert(read: Script, target: str | None) -> AggregatingInsert:

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from feast_stream_backfill import backfill
 from feast_stream_backfill.enrichment import CdcLog
 from feast_stream_backfill.flink_sql import job_from_sql
+from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from feast_stream_backfill.records import ArchivedTopic
 from feast_stream_backfill.triggers import PerRecordTrigger
 from feast_stream_backfill.windows import OverWindows
@@ -59,6 +60,17 @@ OVER_FUNCTIONS = {
     "ROWS": "RowTimeRowsBoundedPrecedingFunction",
     "RANGE UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
     "ROWS UNBOUNDED": "RowTimeUnboundedPrecedingOverFunctionV2",
+}
+
+
+#: The simulator's result of each aggregate function (``jobs.AGGREGATES``' names).
+SIMULATED = {
+    "SUM": "sum",
+    "COUNT(*)": "count",
+    "COUNT": "count",
+    "AVG": "mean",
+    "MIN": "min",
+    "MAX": "max",
 }
 
 
@@ -235,9 +247,22 @@ class SqlJob:
         return "CUMULATE" if self.cumulate else "HOP" if self.slide else "TUMBLE"
 
     @property
+    def skips_unchanged(self) -> bool:
+        """A GROUP BY without a state TTL: Flink writes no update equal to its key's previous
+        result (an OVER ordered by processing time writes every one)."""
+        return self.ttl == NEVER_EXPIRES and not self.proc_over
+
+    @property
+    def results(self) -> tuple[str, ...]:
+        """The simulator's name of each aggregate's result (COUNT and COUNT(*) alike: the
+        generated jobs count values never null)."""
+        return tuple(SIMULATED[f] for f in self.functions)
+
+    @property
     def model(self) -> Job:
         """The windows of the simulator's job (an unbounded aggregation's state: a
-        processing-time session of gap TTL, fired by each record)."""
+        processing-time session of gap TTL, fired by each record; a GROUP BY's without a TTL
+        skipping unchanged updates)."""
         if self.is_over:
             return Job(
                 size=1, over=self.over, over_rows=self.over_rows, over_unbounded=self.over_unbounded
@@ -252,7 +277,13 @@ class SqlJob:
                 over_ttl=self.proc_ttl,
             )
         if self.unbounded:
-            return Job(size=1, gap=self.ttl, domain="processing", trigger="per_record")
+            return Job(
+                size=1,
+                gap=self.ttl,
+                domain="processing",
+                trigger="per_record",
+                skip_unchanged=self.results if self.skips_unchanged else (),
+            )
         if self.session:
             return Job(size=1, gap=self.size)
         if self.cumulate:
@@ -532,6 +563,9 @@ def simulated_log(job: SqlJob) -> tuple[list[tuple], dict[tuple, int]]:
         domain=window.domain,
         over_ttl=getattr(window, "state_ttl_ms", None) or 0,
         trigger="per_record" if isinstance(mapped.trigger, PerRecordTrigger) else "default",
+        skip_unchanged=tuple(a.function for a in mapped.aggregations)
+        if mapped.trigger.skip_unchanged
+        else (),
         bound=watermark.out_of_orderness_ms,
         topic_bounds=tuple(mapped.bounds.items()),
         interval=watermark.interval_ms,
