@@ -204,33 +204,17 @@ def job_from_sql(
     ]
     derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
     where = _where(chosen, paths)
-    if chosen.per_record:
-        if spark is not None:
-            for topic in topics:
-                _check_no_nan(spark, topic, chosen, types, lookups)
-        ttl = _state_ttl(settings)
-        return StreamJob(
-            topics=topics,
-            keys=keys,
-            window=SessionWindows(gap_ms=ttl or NEVER_EXPIRES, domain="processing"),
-            aggregations=aggregations,
-            # GroupAggHelper skips an unchanged update with state cleaning off; the OVER's
-            # ProcTimeUnboundedPrecedingFunction writes every one
-            trigger=PerRecordTrigger(skip_unchanged=not ttl and not chosen.processing_time),
-            lookups=lookups,
-            derived=derived,
-            where=where,
-        )
-    if chosen.processing_time:  # a bounded OVER ordered by processing time
+    if not chosen.watermarked:
+        window, trigger = _driven_by_clock(chosen, settings)
         if spark is not None:
             for topic in topics:
                 _check_no_nan(spark, topic, chosen, types, lookups)
         return StreamJob(
             topics=topics,
             keys=keys,
-            window=_processing_over(chosen, settings),
+            window=window,
             aggregations=aggregations,
-            trigger=ProcessingTimeTrigger(),
+            trigger=trigger,
             lookups=lookups,
             derived=derived,
             where=where,
@@ -297,10 +281,24 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
     return settings
 
 
+def _driven_by_clock(
+    insert: AggregatingInsert, settings: _Settings
+) -> tuple[SessionWindows | OverWindows, PerRecordTrigger | ProcessingTimeTrigger]:
+    """The window and trigger of an insert that reads no watermark. A per-record aggregation
+    is a processing-time session of gap the state TTL (none: it never ends) fired by every
+    record; without a TTL a ``GROUP BY``'s ``GroupAggHelper`` skips an unchanged update, the
+    ``OVER``'s ``ProcTimeUnboundedPrecedingFunction`` writes every one. A bounded ``OVER``
+    ordered by processing time is fired by its timers (:func:`_processing_over`)."""
+    if not insert.per_record:
+        return _processing_over(insert, settings), ProcessingTimeTrigger()
+    ttl = _state_ttl(settings)
+    window = SessionWindows(gap_ms=ttl or NEVER_EXPIRES, domain="processing")
+    return window, PerRecordTrigger(skip_unchanged=not ttl and not insert.processing_time)
+
+
 def _state_ttl(settings: _Settings) -> int:
-    """A per-record aggregation's state TTL, the gap of its processing-time session; 0 without
-    one (not set, or 0: Flink's default, state kept forever): the session never ends
-    (:data:`NEVER_EXPIRES`)."""
+    """``table.exec.state.ttl`` in milliseconds; 0 where not set (Flink's default, state kept
+    forever)."""
     return _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
 
 
@@ -731,7 +729,7 @@ def _processing_over(insert: AggregatingInsert, settings: _Settings) -> OverWind
     keys only, and only above 1 ms (Flink's cleaning is off at 0 and 1)."""
     if insert.frame != ROWS:
         return OverWindows(preceding_ms=insert.preceding_ms, domain="processing")
-    ttl = _duration_ms(settings.state_ttl) if settings.state_ttl is not None else 0
+    ttl = _state_ttl(settings)
     return OverWindows(
         frame="rows",
         preceding_rows=insert.preceding_rows,
