@@ -50,6 +50,7 @@ from feast_stream_backfill import (
     WatermarkStrategy,
     backfill,
 )
+from feast_stream_backfill.flink_sql.mapping import NEVER_EXPIRES
 from feast_stream_backfill.spark import get_spark
 from feast_stream_backfill.stages import stage, timings
 
@@ -96,7 +97,7 @@ def floor(spark, path: str, kind: str = "tumbling") -> None:
         aggregated = timed_records.select(
             "user_id", "event_time", *[v.over(in_range) for v in values]
         )
-    elif kind == "unbounded ttl 30m":
+    elif kind.startswith("unbounded"):
         so_far = Window.partitionBy("user_id").orderBy("pt", "partition", "offset")
         aggregated = timed_records.select("user_id", "pt", *[v.over(so_far) for v in values])
     elif kind == "per-record":
@@ -134,6 +135,11 @@ KINDS = {
     "unbounded ttl 30m": {
         "window": SessionWindows(30 * MINUTE, domain="processing"),
         "trigger": PerRecordTrigger(),
+    },
+    # the same without a state TTL: the state kept, an update equal to the previous not written
+    "unbounded no ttl": {
+        "window": SessionWindows(NEVER_EXPIRES, domain="processing"),
+        "trigger": PerRecordTrigger(skip_unchanged=True),
     },
 }
 
