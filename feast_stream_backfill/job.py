@@ -74,13 +74,17 @@ class StreamJob:
                 f"{type(self.trigger).__name__} fires {self.trigger.domain}-time windows, "
                 f"not {self.window.domain}-time ones"
             )
-        if isinstance(self.window, OverWindows) and self.window.domain == "processing":
+        sql_only = isinstance(self.window, CumulativeWindows | OverWindows)
+        if sql_only and self.window.domain == "processing":
             if not isinstance(self.trigger, ProcessingTimeTrigger):
+                what = "OVER windows (Flink SQL's OVER ordered by PROCTIME())"
+                if isinstance(self.window, CumulativeWindows):
+                    what = "cumulative windows (Flink SQL's CUMULATE over PROCTIME())"
                 raise ValueError(
-                    "processing-time OVER windows (Flink SQL's OVER ordered by PROCTIME()) "
-                    f"fire by the clock: ProcessingTimeTrigger(), not {self.trigger!r}"
+                    f"processing-time {what} fire by the clock: ProcessingTimeTrigger(), "
+                    f"not {self.trigger!r}"
                 )
-        elif isinstance(self.window, CumulativeWindows | OverWindows) and not (
+        elif sql_only and not (
             isinstance(self.trigger, EventTimeTrigger) and self.trigger.allowed_lateness_ms == 0
         ):
             what = "cumulative windows (Flink SQL's CUMULATE)"

@@ -125,24 +125,20 @@ class CumulativeWindows:
     to every one that holds its time: those ending after it.
 
     Flink has cumulative windows in SQL only, which gives them no allowed lateness and no other
-    trigger (:class:`~feast_stream_backfill.job.StreamJob` refuses both), and models them in
-    event time here: a late record joins the windows that have not fired, as Flink's shared
-    first slice does (``SliceAssigners.CumulativeSliceAssigner``).
+    trigger than its domain's (:class:`~feast_stream_backfill.job.StreamJob` refuses the
+    others). In event time a late record joins the windows that have not fired, as Flink's
+    shared first slice does (``SliceAssigners.CumulativeSliceAssigner``); in processing time
+    (``CUMULATE`` over a ``PROCTIME()`` column) nothing is late.
     """
 
     size_ms: int
     step_ms: int
     offset_ms: int = 0
-    domain: Literal["event"] = "event"
+    domain: Domain = "event"
     merges: ClassVar[bool] = False
     assigned: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if self.domain != "event":
-            raise ValueError(
-                "cumulative windows are Flink SQL's CUMULATE over an event-time attribute: "
-                f"domain must be 'event', got {self.domain!r}"
-            )
         check_window(self.domain, size=self.size_ms, step=self.step_ms)
         if self.size_ms % self.step_ms:
             raise ValueError(

@@ -89,17 +89,12 @@ def test_skipping_unchanged_updates_equals_reference_simulator(spark, records, j
     check(spark, shifted(with_zeros(records), base), modelled(job, records))
 
 
-#: Cumulative windows (Flink SQL's CUMULATE) with every other option drawn as in ``jobs``,
-#: but the event-time trigger without lateness, all Flink SQL gives them; 2, 5 or 10 steps.
+#: Cumulative windows (Flink SQL's CUMULATE, over an event-time or a PROCTIME() column) with
+#: every other option drawn as in ``jobs``, but their domain's trigger without lateness, all
+#: Flink SQL gives them; 2, 5 or 10 steps.
 cumulative_jobs = st.tuples(jobs, st.sampled_from([2, 5, 10])).map(
     lambda drawn: replace(
-        drawn[0],
-        gap=0,
-        slide=0,
-        step=drawn[0].size // drawn[1],
-        domain="event",
-        trigger="default",
-        lateness=0,
+        drawn[0], gap=0, slide=0, step=drawn[0].size // drawn[1], trigger="default", lateness=0
     )
 )
 
@@ -107,9 +102,10 @@ cumulative_jobs = st.tuples(jobs, st.sampled_from([2, 5, 10])).map(
 @given(records=archives(), job=cumulative_jobs, base=st.sampled_from([0, REALISTIC]))
 @example(records=CUMULATIVE_RECORDS, job=CUMULATIVE_JOB, base=REALISTIC)
 @example(records=CUMULATIVE_RECORDS, job=replace(CUMULATIVE_JOB, emission="periodic"), base=0)
+@example(records=CUMULATIVE_RECORDS, job=replace(CUMULATIVE_JOB, domain="processing"), base=0)
 def test_cumulative_backfill_equals_reference_simulator(spark, records, job, base):
     """Cumulative windows by every strategy that accepts them (both aligned ones, as the
-    other options allow) equal the simulator."""
+    other options allow) equal the simulator, in event and in processing time."""
     assume(records)
     check(spark, shifted(records, base), modelled(job, records))
 

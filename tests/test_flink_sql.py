@@ -817,6 +817,83 @@ def test_a_bounded_processing_time_over_is_an_over_window_fired_by_the_clock(fra
     assert "WATERMARK" not in script
 
 
+#: The 5-minute TUMBLE over the table's PROCTIME() column, in the UTC session time zone.
+PROC_WINDOW = "SET 'table.local-time-zone' = 'UTC';\n" + script(
+    TUMBLE.replace("DESCRIPTOR(ts)", "DESCRIPTOR(pt)")
+).replace("ts TIMESTAMP(3),", "ts TIMESTAMP(3), pt AS PROCTIME(),")
+
+
+@pytest.mark.parametrize(
+    ("window", "mapped"),
+    [
+        (TUMBLE, TumblingWindows(300_000, domain="processing")),
+        (
+            "HOP(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)",
+            SlidingWindows(300_000, 60_000, domain="processing"),
+        ),
+        (
+            "CUMULATE(TABLE transactions, DESCRIPTOR(ts), INTERVAL '1' MINUTE, "
+            "INTERVAL '5' MINUTE)",
+            CumulativeWindows(300_000, 60_000, domain="processing"),
+        ),
+        (
+            "SESSION(TABLE transactions PARTITION BY user_id, DESCRIPTOR(ts), INTERVAL '5' MINUTE)",
+            SessionWindows(300_000, domain="processing"),
+        ),
+    ],
+    ids=["tumble", "hop", "cumulate", "session"],
+)
+def test_a_window_over_the_proctime_column_is_the_same_window_fired_by_the_clock(window, mapped):
+    """Flink's WindowAggOperator places the record by its clock and fires each window on a
+    processing-time timer: the event-time mapping's window in the processing domain, with the
+    clock's trigger; the table's WATERMARK is not read (it may have none)."""
+    sql = PROC_WINDOW.replace(f"TABLE({TUMBLE.replace('(ts)', '(pt)')})", "TABLE(%s)")
+    sql %= window.replace("DESCRIPTOR(ts)", "DESCRIPTOR(pt)")
+    archives = {"transactions": ArchivedTopic("transactions")}
+    for each in (sql, sql.replace(",\n  WATERMARK FOR ts AS ts - INTERVAL '5' SECOND", "")):
+        job = job_from_sql(None, each, archives)
+        assert (job.window, job.trigger) == (mapped, ProcessingTimeTrigger())
+        assert job.keys == ["user_id"]
+        assert [a.name for a in job.aggregations] == ["spend_5m", "transactions_5m"]
+    assert "WATERMARK" in sql
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            PROC_WINDOW.replace("SET 'table.local-time-zone' = 'UTC';\n", ""),
+            "line 9, column 50: a TUMBLE over the PROCTIME() column pt without SET "
+            "'table.local-time-zone' is not supported: Flink aligns processing-time windows in "
+            "the session time zone, the JVM's unless set: SET 'table.local-time-zone' = 'UTC' "
+            "is mapped",
+        ),
+        (
+            PROC_WINDOW.replace("'UTC'", "'Asia/Kolkata'"),
+            "line 1, column 1: a TUMBLE over the PROCTIME() column pt in the time zone "
+            "'Asia/Kolkata' is not supported",
+        ),
+        (
+            "SET 'table.exec.state.ttl' = '1 h';\n" + PROC_WINDOW,
+            "line 1, column 1: SET 'table.exec.state.ttl' with a window aggregation is not "
+            "supported",
+        ),
+        (
+            PROC_WINDOW.replace(
+                "INSERT INTO",
+                "CREATE VIEW v AS SELECT user_id, amount, pt FROM transactions;\nINSERT INTO",
+            ).replace("TABLE transactions,", "TABLE v,"),
+            "line 8, column 42: the column pt is not supported: not a column of transactions",
+        ),
+    ],
+    ids=["no-time-zone", "another-time-zone", "state-ttl", "through-a-view"],
+)
+def test_a_window_over_the_proctime_column_is_refused_where_not_exact(sql, message):
+    with pytest.raises(UnsupportedSqlError) as refused:
+        job_from_sql(None, sql, {"transactions": ArchivedTopic("transactions")})
+    assert str(refused.value).startswith(message)
+
+
 def test_an_over_aggregation_reads_a_view():
     over = (
         OVER.replace(

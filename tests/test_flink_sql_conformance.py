@@ -42,10 +42,14 @@ from tests.conformance.sql.jobs import (
     OVER_RANGE_UNBOUNDED,
     OVER_ROWS,
     OVER_ROWS_UNBOUNDED,
+    PROC_CUMULATE,
+    PROC_HOP,
     PROC_OVER_FOREVER,
     PROC_OVER_RANGE,
     PROC_OVER_ROWS_TTL,
     PROC_OVER_TTL,
+    PROC_SESSION,
+    PROC_TUMBLE,
     UNBOUNDED_FOREVER,
     UNBOUNDED_TTL,
     UNBOUNDED_UNCHANGED,
@@ -61,8 +65,8 @@ from tests.reference_simulator import Record
 #: dropping rows, OVER inline and named, with a RANGE of 0, no frame written and frames
 #: without BETWEEN; seven WHEREs, two over archives with NaN amounts; four with aggregates of
 #: an expression; ten through a view, renaming the key or the time column, computing the
-#: aggregated column, filtering, or ``SELECT *``, and one through a UNION ALL of two tables
-#: (test_the_random_jobs_cover_every_construct).
+#: aggregated column, filtering, or ``SELECT *``, and one through a UNION ALL of two tables;
+#: one window over the table's PROCTIME() column (test_the_random_jobs_cover_every_construct).
 RANDOM = generated(20, seed=87616)
 #: AVG over a BIGINT column: Flink's keeps the type (3 and 8 average to 5).
 AVG_OF_BIGINT = SqlJob(
@@ -309,6 +313,70 @@ def test_flink_sql_cleans_the_hand_computed_processing_time_over_rows_up_on_its_
     assert run.over_function == "ProcTimeRowsBoundedPrecedingFunction"
 
 
+@pytest.mark.parametrize(
+    ("job", "rows"),
+    [
+        # TUMBLE 10 ms: a's et 8, read at pt 12, goes to [10, 20). [0, 10) fires at 10 (its
+        # timer for 9, 1 ms later), between pt 9 and 12; [10, 20) at 20, before a's record of
+        # pt 20, which goes to [20, 30), fired at 30 after the last record.
+        (
+            PROC_TUMBLE,
+            [
+                ("a", 0, 10, 3.0, 2.0),
+                ("a", 10, 20, 56.0, 3.0),
+                ("a", 20, 30, 64.0, 1.0),
+                ("b", 0, 10, 4.0, 1.0),
+            ],
+        ),
+        # HOP 10 ms by 5: pt 1, 7, 7, 16; a's et 3 (pt 7) joins [0, 10) and [5, 15).
+        (
+            PROC_HOP,
+            [
+                ("a", -5, 5, 1.0, 1.0),
+                ("a", 0, 10, 7.0, 3.0),
+                ("a", 5, 15, 6.0, 2.0),
+                ("a", 10, 20, 8.0, 1.0),
+                ("a", 15, 25, 8.0, 1.0),
+            ],
+        ),
+        # CUMULATE 15 ms by 5: pt 2, 6, 6, 21. [0, 15) fires with no record since [0, 10);
+        # pt 21 fires [15, 25) and [15, 30), not [15, 20), ended before it.
+        (
+            PROC_CUMULATE,
+            [
+                ("a", 0, 5, 1.0, 1.0),
+                ("a", 0, 10, 7.0, 3.0),
+                ("a", 0, 15, 7.0, 3.0),
+                ("a", 15, 25, 8.0, 1.0),
+                ("a", 15, 30, 8.0, 1.0),
+            ],
+        ),
+        # SESSION gap 5: a's pt 1 and 5 make [1, 10), fired at 10 before a's pt 10, which
+        # opens [10, 15); b's pt 3 [3, 8); b's et 9, read at pt 10, [10, 15).
+        (
+            PROC_SESSION,
+            [
+                ("a", 1, 10, 5.0, 2.0),
+                ("a", 10, 15, 8.0, 1.0),
+                ("a", 16, 21, 32.0, 1.0),
+                ("b", 3, 8, 2.0, 1.0),
+                ("b", 10, 15, 16.0, 1.0),
+            ],
+        ),
+    ],
+    ids=lambda j: j.name if isinstance(j, SqlJob) else "",
+)
+def test_flink_sql_fires_the_hand_computed_processing_time_windows_by_its_timers(runs, job, rows):
+    # A window over the PROCTIME() column: a record goes to the window of its processing time
+    # (its partition's highest et so far here), a window is written at its end by the timer
+    # for end - 1, and nothing is late. Rows: SUM, COUNT(*).
+    _, run = runs[job.name]
+    emissions, dropped, odd = flink_log(run, job)
+    assert sorted(emissions) == [(k, s, e, e, 0, "on_time", *v) for k, s, e, *v in rows]
+    assert (dropped, odd) == ({}, [])
+    assert {cause for cause, *_ in run.fired} == {"c"}  # every row written by a timer
+
+
 def test_flink_sql_updates_the_hand_computed_group_by_without_a_ttl_forever(runs):
     # No TTL: a's pt 14 joins the state of pt 0 and 4; each update counts one more record, so
     # none equals the one before and every one is written. Rows: SUM, COUNT(*).
@@ -456,6 +524,8 @@ def test_the_random_jobs_cover_every_construct(runs):
     # Per-record aggregations: a GROUP BY, and OVERs ordered by processing time.
     assert kinds["GROUP BY"] >= 1
     assert sum(j.proc_over != "" for j in RANDOM) >= 2
+    # A window over the PROCTIME() column (the hand-written jobs have each kind).
+    assert any(j.proc_window for j in RANDOM)
     frames = ("RANGE", "ROWS", "RANGE UNBOUNDED", "ROWS UNBOUNDED")
     assert min(kinds[f"OVER {f}"] for f in frames) >= 2
     dropped = Counter()

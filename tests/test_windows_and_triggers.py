@@ -129,22 +129,25 @@ def test_cumulative_windows_fire_every_step_and_a_late_record_joins_those_not_fi
     }
 
 
-def test_cumulative_windows_take_the_event_time_trigger_alone(make_archive):
-    """Flink has cumulative windows in SQL only: no allowed lateness, no other trigger."""
+def test_cumulative_windows_take_their_domains_default_trigger_alone(make_archive):
+    """Flink has cumulative windows in SQL only: no allowed lateness, no other trigger than
+    the watermark's (over a rowtime) or the clock's (over a PROCTIME() column)."""
     topic = ArchivedTopic("clicks", dataframe=make_archive(ROWS))
-    for trigger in (EventTimeTrigger(5), PerRecordTrigger()):
-        with pytest.raises(ValueError, match="cumulative windows .* EventTimeTrigger\\(0\\)"):
+    for domain, trigger, expected in [
+        ("event", EventTimeTrigger(5), "cumulative windows .* EventTimeTrigger\\(0\\)"),
+        ("event", PerRecordTrigger(), "cumulative windows .* EventTimeTrigger\\(0\\)"),
+        ("processing", PerRecordTrigger(), "cumulative windows .* ProcessingTimeTrigger\\(\\)"),
+    ]:
+        with pytest.raises(ValueError, match=expected):
             StreamJob(
                 topics=[topic],
                 keys=["user"],
                 aggregations=[Aggregation("amount", "sum", "amount_sum")],
-                window=CumulativeWindows(40, 10),
+                window=CumulativeWindows(40, 10, domain=domain),
                 trigger=trigger,
             )
     with pytest.raises(ValueError, match="multiple of its step"):
         CumulativeWindows(40, 15)
-    with pytest.raises(ValueError, match="event-time attribute"):
-        CumulativeWindows(40, 10, domain="processing")
 
 
 def test_per_record_sliding_fires_latest_window_first(make_archive):

@@ -29,6 +29,18 @@ What Flink's source says, and so what is mapped (Flink 2.3):
   (``SliceAssigners.CumulativeSliceAssigner``), so a record late for some of its windows
   joins those not yet fired, and each window end fires the next
   (``nextTriggerWindow``) up to the size, whether or not a record came in between.
+- A window TVF whose ``DESCRIPTOR`` names the table's ``PROCTIME()`` column runs the same
+  ``WindowAggOperator`` by its clock (``isEventTime`` false): a record goes to the slice of
+  the operator's processing time when it comes (``SliceAssigners``' ``assignSliceEnd``, read
+  through ``ClockService``), which sets a processing-time timer for the slice end - 1
+  (``SlicingWindowTimerServiceImpl``). That timer fires the window; a ``HOP`` or ``CUMULATE``
+  firing sets the next window's (``nextTriggerWindow``), an empty window writes nothing, and
+  nothing is late. ``SESSION`` (``UnsliceAssigners.SessionUnsliceAssigner``) opens ``[pt, pt +
+  gap)``, merges it with the session it overlaps and fires a session by a timer at its
+  ``maxTimestamp``. The windows align in ``table.local-time-zone``
+  (``TimeWindowUtil.getShiftTimeZone``: ``PROCTIME()`` is a ``TIMESTAMP_LTZ``), the JVM's
+  when not set: mapped with ``'UTC'``. That is the same window in the processing domain with
+  :class:`ProcessingTimeTrigger`, no watermark read.
 - An unbounded ``GROUP BY keys`` (``GroupAggFunction``) updates its key's result with every
   record, at the record's processing time, and with ``table.exec.state.ttl`` set emits
   every update, changed or not. Its state lives under processing-time TTL
@@ -128,6 +140,7 @@ from feast_stream_backfill.triggers import (
 from feast_stream_backfill.watermarks import WatermarkStrategy
 from feast_stream_backfill.windows import (
     CumulativeWindows,
+    Domain,
     OverWindows,
     SessionWindows,
     SlidingWindows,
@@ -139,6 +152,10 @@ SOURCE_IDLE_TIMEOUT = "table.exec.source.idle-timeout"
 SCAN_IDLE_TIMEOUT = "scan.watermark.idle-timeout"
 EMIT_STRATEGY = "scan.watermark.emit.strategy"
 STATE_TTL = "table.exec.state.ttl"
+LOCAL_TIME_ZONE = "table.local-time-zone"
+#: The session time zone in which Flink aligns processing-time windows as the plugin does, on
+#: the epoch.
+UTC = "UTC"
 #: The session gap of an unbounded GROUP BY's state that never expires (no TTL): a century of
 #: processing time, beyond any archive's span (its sessions end, in the emission log, a century
 #: after their last update).
@@ -204,6 +221,14 @@ def job_from_sql(
     ]
     derived = {_argument(a): a.expression for a in chosen.aggregates if a.expression}
     where = _where(chosen, paths)
+    if settings.state_ttl is not None and not (
+        chosen.unbounded or chosen.over and chosen.processing_time
+    ):
+        raise _refused(
+            settings.state_ttl,
+            f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
+            "the state TTL is modelled for an unbounded GROUP BY and a processing-time OVER only",
+        )
     if not chosen.watermarked:
         window, trigger = _driven_by_clock(chosen, settings)
         if spark is not None:
@@ -218,12 +243,6 @@ def job_from_sql(
             lookups=lookups,
             derived=derived,
             where=where,
-        )
-    if settings.state_ttl is not None:
-        raise _refused(
-            settings.state_ttl,
-            f"SET {STATE_TTL!r} with {'an OVER' if chosen.over else 'a window'} aggregation",
-            "the state TTL is modelled for an unbounded GROUP BY and a processing-time OVER only",
         )
     watermark, topics = _watermarks(settings, paths, topics)
     if spark is not None:
@@ -258,12 +277,13 @@ def lookup_keys(script: str) -> dict[str, list[str]]:
 @dataclass(frozen=True)
 class _Settings:
     """The script's ``SET`` options the mapping reads: the periodic tick, the source idle
-    timeout (0: off) and the state TTL (None: not set)."""
+    timeout (0: off), the state TTL and the session time zone (None: not set)."""
 
     interval_ms: int = DEFAULT_INTERVAL_MS
     idle_ms: int = 0
     idle_option: SetOption | None = None
     state_ttl: SetOption | None = None
+    time_zone: SetOption | None = None
 
 
 def _settings(options: tuple[SetOption, ...]) -> _Settings:
@@ -276,6 +296,8 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
             settings = replace(settings, idle_ms=_duration_ms(option), idle_option=option)
         elif option.key == STATE_TTL:
             settings = replace(settings, state_ttl=option)
+        elif option.key == LOCAL_TIME_ZONE:
+            settings = replace(settings, time_zone=option)
         else:
             raise _refused(option, f"SET {option.key!r}")
     return settings
@@ -283,17 +305,45 @@ def _settings(options: tuple[SetOption, ...]) -> _Settings:
 
 def _driven_by_clock(
     insert: AggregatingInsert, settings: _Settings
-) -> tuple[SessionWindows | OverWindows, PerRecordTrigger | ProcessingTimeTrigger]:
+) -> tuple[
+    TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows,
+    PerRecordTrigger | ProcessingTimeTrigger,
+]:
     """The window and trigger of an insert that reads no watermark. A per-record aggregation
     is a processing-time session of gap the state TTL (none: it never ends) fired by every
     record; without a TTL a ``GROUP BY``'s ``GroupAggHelper`` skips an unchanged update, the
     ``OVER``'s ``ProcTimeUnboundedPrecedingFunction`` writes every one. A bounded ``OVER``
-    ordered by processing time is fired by its timers (:func:`_processing_over`)."""
-    if not insert.per_record:
+    ordered by processing time (:func:`_processing_over`) and a window over the ``PROCTIME()``
+    column (:func:`_processing_window`) are fired by their timers."""
+    if insert.over and not insert.per_record:
         return _processing_over(insert, settings), ProcessingTimeTrigger()
+    if not insert.per_record:
+        return _processing_window(insert, settings), ProcessingTimeTrigger()
     ttl = _state_ttl(settings)
     window = SessionWindows(gap_ms=ttl or NEVER_EXPIRES, domain="processing")
     return window, PerRecordTrigger(skip_unchanged=not ttl and not insert.processing_time)
+
+
+def _processing_window(
+    insert: AggregatingInsert, settings: _Settings
+) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows:
+    """A window table-valued function over the ``PROCTIME()`` column: the event-time mapping's
+    window in the processing domain. ``PROCTIME()`` is a ``TIMESTAMP_LTZ``, so Flink aligns the
+    windows in ``table.local-time-zone`` (``TimeWindowUtil.getShiftTimeZone``), the JVM's own
+    zone when not set: mapped where the script sets it to ``'UTC'``, whose windows start on
+    the epoch's grid as the plugin's do."""
+    zone = settings.time_zone
+    if zone is None or zone.value != UTC:
+        at = zone.at if zone is not None else insert.time_at or insert.at
+        raise UnsupportedSqlError(
+            f"a {insert.window} over the PROCTIME() column {insert.time_column} "
+            + (f"in the time zone {zone.value!r}" if zone else f"without SET {LOCAL_TIME_ZONE!r}"),
+            at.line,
+            at.column,
+            "Flink aligns processing-time windows in the session time zone, the JVM's unless "
+            f"set: SET {LOCAL_TIME_ZONE!r} = {UTC!r} is mapped",
+        )
+    return _window(insert, "processing")
 
 
 def _state_ttl(settings: _Settings) -> int:
@@ -739,16 +789,18 @@ def _processing_over(insert: AggregatingInsert, settings: _Settings) -> OverWind
 
 
 def _window(
-    insert: AggregatingInsert,
+    insert: AggregatingInsert, domain: Domain = "event"
 ) -> TumblingWindows | SlidingWindows | CumulativeWindows | SessionWindows | OverWindows:
+    """The insert's window: a window TVF's placed by ``domain``'s time, an ``OVER``'s ordered
+    by event time (:func:`_processing_over` maps those ordered by processing time)."""
     if insert.over and insert.frame == ROWS:
         return OverWindows(frame="rows", preceding_rows=insert.preceding_rows)
     if insert.over:
         return OverWindows(preceding_ms=insert.preceding_ms)
     if insert.window == "SESSION":
-        return SessionWindows(gap_ms=insert.size_ms)
+        return SessionWindows(gap_ms=insert.size_ms, domain=domain)
     if insert.slide_ms is None:
-        return TumblingWindows(size_ms=insert.size_ms)
+        return TumblingWindows(size_ms=insert.size_ms, domain=domain)
     if insert.size_ms % insert.slide_ms:
         what = "slide" if insert.window == "HOP" else "step"
         raise UnsupportedSqlError(
@@ -758,8 +810,8 @@ def _window(
             f"Flink's sliced {insert.window} windows need the {what} to divide the size",
         )
     if insert.window == "CUMULATE":
-        return CumulativeWindows(size_ms=insert.size_ms, step_ms=insert.slide_ms)
-    return SlidingWindows(size_ms=insert.size_ms, slide_ms=insert.slide_ms)
+        return CumulativeWindows(size_ms=insert.size_ms, step_ms=insert.slide_ms, domain=domain)
+    return SlidingWindows(size_ms=insert.size_ms, slide_ms=insert.slide_ms, domain=domain)
 
 
 def _check_in_order(spark: SparkSession, topic: ArchivedTopic, table: Table) -> None:

@@ -193,7 +193,8 @@ class AggregatingInsert:
     ``preceding_rows`` the rows before it; None for ``UNBOUNDED PRECEDING``. ``size_ms``:
     SESSION's gap, the others' size; ``slide_ms``: HOP's slide, CUMULATE's step, None for the
     others; ``where``: the ``WHERE`` clause as a Spark SQL predicate keeping the same
-    records."""
+    records; ``processing_time``: the window's ``DESCRIPTOR`` or the ``OVER``'s ``ORDER BY``
+    names the table's ``PROCTIME()`` column (``time_at``: where)."""
 
     target: str
     source: str
@@ -224,7 +225,7 @@ class AggregatingInsert:
         """It writes a key's aggregate with every record, at its processing time: an unbounded
         ``GROUP BY``, or an ``OVER`` from ``UNBOUNDED PRECEDING`` ordered by processing time."""
         bounded = self.preceding_ms is not None or self.preceding_rows is not None
-        return self.unbounded or self.processing_time and not bounded
+        return self.unbounded or self.over and self.processing_time and not bounded
 
     @property
     def watermarked(self) -> bool:
@@ -688,6 +689,12 @@ def _insert(statement: Any, relations: Relations) -> AggregatingInsert:
         )
     window_columns = ("window_start", "window_end") if window is not None else ()
     source_table = window.source if window is not None else _table_name(source)
+    relation = relations.get(source_table)
+    processing_time = (
+        window is not None
+        and isinstance(relation, Table)
+        and window.time_column == relation.proc_time
+    )
     types = _types(relations, source_table)
     aggregated, filtered = _insert_names(relations, source_table)
     _check_columns(select.getGroup(), keys, types, source_table)
@@ -714,17 +721,20 @@ def _insert(statement: Any, relations: Relations) -> AggregatingInsert:
         aggregates=tuple(aggregates),
         at=position(statement.getTargetTable()),
         where=where,
+        time_at=window.time_at if window is not None else None,
+        processing_time=processing_time,
     )
 
 
 @dataclass(frozen=True)
 class _WindowCall:
-    """A window table-valued function: its input table, name, time column, lengths, and
-    SESSION's ``PARTITION BY`` columns."""
+    """A window table-valued function: its input table, name, time column (and where its
+    ``DESCRIPTOR`` names it), lengths, and SESSION's ``PARTITION BY`` columns."""
 
     source: str
     function: str
     time_column: str
+    time_at: Position
     size_ms: int
     slide_ms: int | None
     partition_by: tuple[str, ...] = ()
@@ -765,12 +775,13 @@ def _window(source: Any) -> _WindowCall:
         if _class(interval) != "SqlIntervalLiteral":
             raise _refused(interval, f"the window length {interval.toString()}")
     lengths = [interval_ms(i) for i in intervals]
-    (time_column,) = [_name(c) for c in descriptor.getOperandList()]
-    source_table = _table_name(table.getOperandList()[0])
+    (column,) = descriptor.getOperandList()
+    called = partial(_WindowCall, _table_name(table.getOperandList()[0]), function)
+    time = (_name(column), position(column))
     if len(lengths) == 1:
-        return _WindowCall(source_table, function, time_column, lengths[0], None, partition_by)
+        return called(*time, lengths[0], None, partition_by)
     slide, size = lengths
-    return _WindowCall(source_table, function, time_column, size, slide)
+    return called(*time, size, slide)
 
 
 def _partitioned(table: Any, function: str) -> tuple[Any, tuple[str, ...]]:

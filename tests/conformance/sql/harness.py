@@ -158,6 +158,9 @@ class SqlJob:
     #: Such an OVER of ROWS: its 'table.exec.state.ttl' (ms; 0: none), which cleans its
     #: state up on timers
     proc_ttl: int = 0
+    #: The window TVF's DESCRIPTOR names the table's PROCTIME() column (the script sets
+    #: 'table.local-time-zone' to 'UTC'): its windows placed and fired by processing time
+    proc_window: bool = False
 
     def kept(self, record: Record) -> bool:
         """The INSERT reads the record (``record`` as the table holds it)."""
@@ -242,9 +245,9 @@ class SqlJob:
             return f"OVER PROCTIME {self.proc_over.upper()} UNBOUNDED"
         if self.unbounded:
             return "GROUP BY"
-        if self.session:
-            return "SESSION"
-        return "CUMULATE" if self.cumulate else "HOP" if self.slide else "TUMBLE"
+        kind = "SESSION" if self.session else "CUMULATE" if self.cumulate else "HOP"
+        kind = kind if self.session or self.slide else "TUMBLE"
+        return f"{kind} PROCTIME" if self.proc_window else kind
 
     @property
     def skips_unchanged(self) -> bool:
@@ -284,11 +287,12 @@ class SqlJob:
                 trigger="per_record",
                 skip_unchanged=self.results if self.skips_unchanged else (),
             )
+        domain = "processing" if self.proc_window else "event"
         if self.session:
-            return Job(size=1, gap=self.size)
+            return Job(size=1, gap=self.size, domain=domain)
         if self.cumulate:
-            return Job(size=self.size, step=self.slide)
-        return Job(size=self.size, slide=self.slide)
+            return Job(size=self.size, step=self.slide, domain=domain)
+        return Job(size=self.size, slide=self.slide, domain=domain)
 
 
 @dataclass
@@ -392,7 +396,8 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
     ``pt + 2`` with RANGE of ``p`` (by the timer for ``pt + 1``, which fires 1 ms after it),
     the window ``[pt - p, pt + 1)``, and at ``pt`` with ROWS, ``[None, pt + 1)``: the rows
     carry the keys and aggregates alone, their time is the instant they reach the sink
-    (:data:`PROC_BOUNDED_FUNCTIONS`)."""
+    (:data:`PROC_BOUNDED_FUNCTIONS`). A window over the ``PROCTIME()`` column drops nothing; its
+    timers write its rows at the window's end."""
     n_keys = len(job.keys)
     sequence: dict[tuple, int] = defaultdict(int)
     emissions = []
@@ -425,7 +430,7 @@ def flink_log(run: SqlRun, job: SqlJob) -> tuple[list[tuple], dict[tuple, int], 
         sequence[(key, time)] += 1
     dropped: dict[tuple, int] = defaultdict(int)
     for (_, r), (watermark, counted) in zip(processing_order(job), run.records, strict=True):
-        if job.unbounded or job.proc_bounded or not job.kept(r):
+        if job.unbounded or job.proc_bounded or job.proc_window or not job.kept(r):
             continue  # nothing is late by processing time, or for a filtered record
         if job.session:
             if counted:

@@ -18,7 +18,8 @@ get shuffled ones. Some partitions stop early or pause, so that idleness acts. S
 the table through a view that renames the key or time column, computes ``amount`` or filters
 (:func:`_with_view`). Some OVERs are ordered by the table's ``PROCTIME()`` column instead:
 from UNBOUNDED PRECEDING in place of a GROUP BY (:func:`proc_time_over`), or of a bounded
-frame, a ROWS with or without a state TTL (:func:`proc_time_bounded`).
+frame, a ROWS with or without a state TTL (:func:`proc_time_bounded`). Some windows are
+over that column (:func:`proc_time_window`), the table with or without its WATERMARK.
 """
 
 from __future__ import annotations
@@ -476,6 +477,22 @@ def _proc_time_bounded(job: SqlJob, rng: random.Random) -> SqlJob:
     return proc_time_bounded(job, job.over_rows, ttl, watermark=rng.random() < 0.7)
 
 
+#: The session time zone a script over processing-time windows sets: the one they are mapped in.
+UTC_ZONE = "SET 'table.local-time-zone' = 'UTC';\n"
+
+
+def proc_time_window(job: SqlJob, watermark: bool = True) -> SqlJob:
+    """``job``, a window TVF reading the table, over the table's ``PROCTIME()`` column instead
+    of ``ts`` (``table.local-time-zone`` set to UTC); the table without its WATERMARK unless
+    ``watermark``."""
+    assert not (job.unbounded or job.is_over or job.proc_over or job.reads_view)
+    script = job.script.replace("ts TIMESTAMP(3)", "ts TIMESTAMP(3), proc_time AS PROCTIME()", 1)
+    script = UTC_ZONE + script.replace("DESCRIPTOR(ts)", "DESCRIPTOR(proc_time)")
+    if not watermark:
+        script = re.sub(r",\n  WATERMARK FOR ts AS [^\n]*", "", script)
+    return replace(job, script=script, proc_window=True)
+
+
 def _without_ttl(job: SqlJob) -> SqlJob:
     """An unbounded ``GROUP BY`` without ``table.exec.state.ttl``: its state never expires,
     and an update equal to its key's previous result is not written (none is, with a
@@ -649,8 +666,19 @@ def generated(n: int, seed: int) -> list[SqlJob]:
         kept = over and any(map(job.kept, job.records))
         if kept and not job.reads_view and bounded.random() < 0.9:
             job = _proc_time_bounded(job, bounded)
+        # Windows over the PROCTIME() column, from window jobs that read no view, drawn apart
+        # too.
+        windows = random.Random(seed * 6_000_011 + i)
+        window = not (job.unbounded or job.is_over or job.proc_over)
+        if window and not job.reads_view and windows.random() < 0.5:
+            job = proc_time_window(job, watermark=windows.random() < 0.6)
         lookups = random.Random(seed * 2_000_003 + i)
-        if not job.reads_view and not job.proc_over and lookups.random() < 0.8:
+        if (
+            not job.reads_view
+            and not job.proc_over
+            and not job.proc_window
+            and lookups.random() < 0.8
+        ):
             job = _with_lookup(job, lookups)
         # GROUP BYs without COUNT(*) without their TTL too, drawn apart: Flink skips their
         # unchanged updates, which zero amounts and MIN and MAX make frequent.
@@ -937,6 +965,69 @@ PROC_OVER_ROWS_TTL = proc_time_bounded(
 )
 
 
+def _proc_window_job(name: str, records: list[Record], size: int, slide: int = 0, **kind) -> SqlJob:
+    """A window of ``SUM`` and ``COUNT(*)`` over the ``PROCTIME()`` column of a table without a
+    WATERMARK (``kind``: ``cumulate`` or ``session``, as :func:`script` takes them)."""
+    functions = ["SUM", "COUNT(*)"]
+    job = SqlJob(
+        name=name,
+        script=script(("user_id",), "DOUBLE", size, slide, 1, functions, **kind),
+        records=records,
+        keys=("user_id",),
+        value_type="DOUBLE",
+        size=size,
+        slide=slide,
+        functions=tuple(functions),
+        emission="periodic",
+        idle=False,
+        **kind,
+    )
+    return proc_time_window(job, watermark=False)
+
+
+#: TUMBLE of 10 ms over processing time, one partition (pt: the highest et so far): a's et 8
+#: is read at pt 12, so goes to [10, 20). [0, 10) fires at 10 (its timer for 9 fires 1 ms
+#: later), between the records of pt 9 and 12; [10, 20) at 20, before a's record of pt 20,
+#: which goes to [20, 30), fired at 30 after the last record.
+PROC_TUMBLE = _proc_window_job(
+    "proc_time_tumble",
+    _rows(
+        0,
+        [(1, "a", 1.0), (4, "a", 2.0), (9, "b", 4.0), (12, "a", 8.0), (8, "a", 16.0)]
+        + [(19, "a", 32.0), (20, "a", 64.0)],
+    ),
+    10,
+)
+#: HOP of 10 ms sliding by 5 over processing time: a's et 3, read at pt 7, joins [0, 10) and
+#: [5, 15) with et 7's; et 16's windows fire after the last record.
+PROC_HOP = _proc_window_job(
+    "proc_time_hop", _rows(0, [(1, "a", 1.0), (7, "a", 2.0), (3, "a", 4.0), (16, "a", 8.0)]), 10, 5
+)
+#: CUMULATE of 15 ms by steps of 5 over processing time: [0, 15) fires at 15 with no record
+#: since [0, 10); pt 21's record fires [15, 25) and [15, 30), not [15, 20), which ended before
+#: it.
+PROC_CUMULATE = _proc_window_job(
+    "proc_time_cumulate",
+    _rows(0, [(2, "a", 1.0), (6, "a", 2.0), (4, "a", 4.0), (21, "a", 8.0)]),
+    15,
+    5,
+    cumulate=True,
+)
+#: SESSION of gap 5 ms over processing time: a's pt 5 extends [1, 6) to [1, 10), whose timer
+#: (for 9) fires at 10 before a's record of pt 10, which opens [10, 15); b's et 9, read at pt
+#: 10, opens [10, 15) too.
+PROC_SESSION = _proc_window_job(
+    "proc_time_session",
+    _rows(
+        0,
+        [(1, "a", 1.0), (3, "b", 2.0), (5, "a", 4.0), (10, "a", 8.0), (9, "b", 16.0)]
+        + [(16, "a", 32.0)],
+    ),
+    5,
+    session=True,
+)
+
+
 #: The example through a view that renames the key and the time column, doubles ``amount``
 #: and keeps amounts over 1: u1's $1 at 10 s is left out, yet its partition's watermark moves.
 VIEWED_EXAMPLE = replace(
@@ -1068,4 +1159,8 @@ def hand_written() -> list[SqlJob]:
         PROC_OVER_FOREVER,
         PROC_OVER_RANGE,
         PROC_OVER_ROWS_TTL,
+        PROC_TUMBLE,
+        PROC_HOP,
+        PROC_CUMULATE,
+        PROC_SESSION,
     ]

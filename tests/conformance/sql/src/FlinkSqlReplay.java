@@ -98,10 +98,11 @@ import org.apache.flink.util.clock.ManualClock;
  * sink (the window aggregation and whatever the planner puts around it) in Flink's operator
  * test harnesses, keyed with the transformation's own key selector where it has one.
  * Ours: the loop feeding records in the given (processing time) order with the periodic ticks at
- * multiples of the interval, the state TTL's processing time set to each record's (and a bounded
- * processing-time OVER's processing time, its timers for an instant fired 1 ms later, before
- * the records and ticks of that millisecond, and every one left after the last record), and the
- * log of what reaches the sink, attributed to its cause.
+ * multiples of the interval, the state TTL's processing time set to each record's (and the
+ * processing time of a bounded processing-time OVER or of a window aggregation over a PROCTIME()
+ * column, its timers for an instant fired 1 ms later, before the records and ticks of that
+ * millisecond, and every one left after the last record), and the log of what reaches the sink,
+ * attributed to its cause.
  *
  * <p>Usage: {@code FlinkSqlReplay script1 feed1 out1 [script2 feed2 out2 ...]}. A feed is lines
  * {@code r table partition offset pt field1 field2 ...} (the table's physical columns, in
@@ -111,7 +112,7 @@ import org.apache.flink.util.clock.ManualClock;
  * function's class), then {@code rec i W dropped} per record (the window operator's watermark before it, and whether its late-records counter
  * counted it) and {@code fire cause time W kind field1 ...} per row reaching the sink ({@code
  * cause}: {@code r<i>}, record i or the watermark it emitted, {@code t}, a periodic tick, or
- * {@code c}, a bounded processing-time OVER's timers;
+ * {@code c}, the processing-time timers of a bounded OVER or a window aggregation;
  * {@code kind}: the row's RowKind, +I, -U, +U or -D).
  */
 public final class FlinkSqlReplay {
@@ -333,8 +334,9 @@ public final class FlinkSqlReplay {
     private long interval;
     private int windowStage = -1; // the window, group or OVER aggregation
     private Counter overLate; // the OVER function's late-records counter, if that is the stage
-    /** The stage of a bounded processing-time OVER function (-1: none): the one stage whose
-     * processing time the replay drives, since that function writes on processing-time timers. */
+    /** The stage of a bounded processing-time OVER function or a processing-time window
+     * aggregation (-1: none): the one stage whose processing time the replay drives, since it
+     * writes on processing-time timers. */
     private int procStage = -1;
     private long windowWatermark = Long.MIN_VALUE;
     private List<RowData.FieldGetter> getters;
@@ -436,6 +438,11 @@ public final class FlinkSqlReplay {
                             && p.getUserFunction() instanceof GroupAggFunction) {
                 windowStage = stages.size();
             }
+            if (harness.getOperator() instanceof WindowAggOperator<?, ?> w && !isEventTime(w)) {
+                // A window TVF over a PROCTIME() column: its records are placed by the stage's
+                // processing time, and its windows fired by processing-time timers.
+                procStage = stages.size();
+            }
             if (harness.getOperator() instanceof KeyedProcessOperator<?, ?, ?> p
                     && p.getUserFunction().getClass().getPackageName().equals(OVER_PACKAGE)) {
                 // An event-time OVER function: RowTimeRangeBoundedPrecedingFunction,
@@ -489,6 +496,13 @@ public final class FlinkSqlReplay {
         }
         Collections.reverse(chain);
         return t;
+    }
+
+    /** Whether a window aggregation runs in event time (its private {@code isEventTime}). */
+    private static boolean isEventTime(WindowAggOperator<?, ?> operator) throws Exception {
+        Field eventTime = WindowAggOperator.class.getDeclaredField("isEventTime");
+        eventTime.setAccessible(true);
+        return eventTime.getBoolean(operator);
     }
 
     /** The package of Flink's OVER functions. */
@@ -702,7 +716,7 @@ public final class FlinkSqlReplay {
     }
 
     /**
-     * Fire the bounded processing-time OVER stage's timers for instants before {@code until},
+     * Fire the processing-time stage's timers for instants before {@code until},
      * earliest first, one instant at a time, each instant's rows pushed down the chain and
      * logged with cause {@code c} 1 ms after it: Flink fires a processing-time timer for
      * {@code t} at {@code t + 1} at the earliest ({@code
