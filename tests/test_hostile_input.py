@@ -41,13 +41,13 @@ from tests.reference_simulator import simulate
 from tests.test_bad_input import GOOD, job_on, refused
 from tests.test_differential import (
     TABLE,
+    as_logged,
     check,
     expected_stats,
     normalized,
     options_of,
     shifted,
     spark_backfill_with_stats,
-    with_mean_and_count,
 )
 from tests.test_online_stores import USERS, objects, small_archive, t
 from tests.test_online_stores import config as stores_config
@@ -126,7 +126,7 @@ def test_dropped_null_keys_agree_with_the_simulator(spark, kind):
     counts: dict[str, int] = {}
     emissions, dropped = simulate(nulled, job, counts)
     actual, actual_dropped, stats = spark_backfill_with_stats(spark, nulled, job, null_keys="drop")
-    assert normalized(actual) == normalized(map(with_mean_and_count, emissions))
+    assert normalized(actual) == normalized(as_logged(job, emissions))
     assert actual_dropped == dropped
     null_keys = len({(r.topic, r.partition, r.offset) for r in nulled if r.key is None})
     assert null_keys > 0
@@ -169,7 +169,7 @@ def test_filtered_records_agree_with_the_simulator(spark, kind):
     actual, actual_dropped, stats = spark_backfill_with_stats(
         spark, records, job, where="amount > 4"
     )
-    assert normalized(actual) == normalized(map(with_mean_and_count, emissions))
+    assert normalized(actual) == normalized(as_logged(job, emissions))
     assert actual_dropped == dropped
     filtered = len({(r.topic, r.partition, r.offset) for r in kept if r.key is None})
     assert filtered > 0
