@@ -245,8 +245,12 @@ class SqlJob:
             return f"OVER PROCTIME {self.proc_over.upper()} UNBOUNDED"
         if self.unbounded:
             return "GROUP BY"
-        kind = "SESSION" if self.session else "CUMULATE" if self.cumulate else "HOP"
-        kind = kind if self.session or self.slide else "TUMBLE"
+        if self.session:
+            kind = "SESSION"
+        elif self.slide:
+            kind = "CUMULATE" if self.cumulate else "HOP"
+        else:
+            kind = "TUMBLE"
         return f"{kind} PROCTIME" if self.proc_window else kind
 
     @property
