@@ -64,6 +64,10 @@ def _plus(a: Any, b: Any) -> Any:
     return total
 
 
+def _summed(c: Column, over: Over) -> Column:
+    return _over(F.sum(c), over)
+
+
 def _spark_min(c: Column, over: Over) -> Column:
     highest = _over(F.max(c), over)  # Spark orders NaN above every number
     return F.when(F.isnan(highest), highest).otherwise(_over(F.min(c), over))
@@ -146,7 +150,7 @@ class Function:
     #: still held (``MinWithRetractAggFunction`` keeps them all).
     retract: Callable[[Any, Any], Any] | None
     partials: Callable[[Column, Column, DataType], list[Column]]  # (values, copied, type)
-    combine: Callable[[Column], Column]  # an aggregate of one partial over parts
+    combine: Callable[[Column, Over], Column]  # an aggregate of one partial over parts
     finish: Callable[[list[Column], DataType], Column]  # (partials, column type) -> value
 
 
@@ -160,7 +164,7 @@ FUNCTION: dict[str, Function] = {
         lambda a: a,
         lambda a, v: _plus(a, -v),  # SumWithRetractAggFunction: sum - value
         _sum_parts,
-        F.sum,
+        _summed,
         _sum_of_partials,
     ),
     "count": Function(
@@ -172,7 +176,7 @@ FUNCTION: dict[str, Function] = {
         lambda a: a,
         lambda a, _: a - 1,
         lambda c, copied, _: [F.sum(_weight(c, copied))],
-        F.sum,
+        _summed,
         lambda p, _: F.shiftright(p[0], 1),
     ),
     "mean": Function(
@@ -188,7 +192,7 @@ FUNCTION: dict[str, Function] = {
             *_sum_parts(c.cast("double"), copied, DoubleType()),
             F.sum(_weight(c, copied)),
         ],
-        F.sum,
+        _summed,
         _mean_of_partials,
     ),
     "min": Function(
@@ -200,7 +204,7 @@ FUNCTION: dict[str, Function] = {
         lambda a: a,
         None,
         lambda c, *_: [_spark_min(c, None)],
-        lambda p: _spark_min(p, None),
+        _spark_min,
         lambda p, _: p[0],
     ),
     "max": Function(
@@ -212,7 +216,7 @@ FUNCTION: dict[str, Function] = {
         lambda a: a,
         None,
         lambda c, *_: [F.max(c)],
-        F.max,
+        lambda p, over: _over(F.max(p), over),
         lambda p, _: p[0],
     ),
 }
@@ -250,18 +254,30 @@ class Aggregation:
         return [part.alias(f"{self.name}__part{i}") for i, part in enumerate(parts)]
 
     def _parts(self, column_type: DataType) -> list[Column]:
-        n = len(self.rules.partials(F.lit(None), F.lit(False), column_type))
-        return [F.col(f"{self.name}__part{i}") for i in range(n)]
+        return [F.col(name) for name in self.partial_names(column_type)]
 
     def finished(self, column_type: DataType) -> Column:
         """The feature, from the :meth:`partials` of the whole window, in one row."""
         return self.rules.finish(self._parts(column_type), column_type).alias(self.name)
 
-    def merged(self, only: Column, column_type: DataType) -> Column:
-        """The feature, from the :meth:`partials` of the window's parts ``only`` holds for."""
-        parts = self._parts(column_type)
-        combined = [self.rules.combine(F.when(only, part)) for part in parts]
+    def merged(self, only: Column, column_type: DataType, over: Over = None) -> Column:
+        """The feature, from the :meth:`partials` of the window's parts ``only`` holds for
+        (with ``over``, of the parts so far)."""
+        combined = [self.rules.combine(F.when(only, p), over) for p in self._parts(column_type)]
         return self.rules.finish(combined, column_type).alias(self.name)
+
+    def merged_partials(self, only: Column, column_type: DataType) -> list[Column]:
+        """The :meth:`partials` of the window's parts ``only`` holds for, combined: the
+        window's own partials."""
+        return [
+            self.rules.combine(F.when(only, F.col(name)), None).alias(name)
+            for name in self.partial_names(column_type)
+        ]
+
+    def partial_names(self, column_type: DataType) -> list[str]:
+        """The names of the :meth:`partials` columns."""
+        n = len(self.rules.partials(F.lit(None), F.lit(False), column_type))
+        return [f"{self.name}__part{i}" for i in range(n)]
 
     def result_type(self, column_type: DataType) -> DataType:
         """The feature's type for a column of ``column_type`` (Spark's own aggregate's)."""

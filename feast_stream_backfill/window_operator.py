@@ -98,22 +98,33 @@ def classify(windowed: DataFrame, trigger: Trigger, reaches: DataFrame | None) -
 
 
 def shared_instants(
-    spark: SparkSession, reaches: DataFrame | None, counted: Mapping[str, int]
+    spark: SparkSession,
+    reaches: DataFrame | None,
+    counted: Mapping[str, int],
+    fired_by_records: DataFrame | None = None,
 ) -> DataFrame | None:
     """The fire times (``_shared_instant``, ms) at which a key may fire twice: the only
     instants whose firings the emission log must number. None: any may (a record fired a
-    window at once: late or per record, at the record's instant). Otherwise only timers fired
-    (``counted``, the status counts, says so): a processing-time timer at its own window's
-    ``maxTs + 1``, so no instant is shared; a watermark timer where the watermark first
-    reaches the window's target (``reaches``, one row per target), so an instant is shared
-    only where one watermark, or two in one millisecond, reach several targets, as when a slow
-    partition lets the watermark jump over several window ends."""
-    if counted.get(LATE) or counted.get(PER_RECORD):
+    window at once, late or per record, at the record's instant, and ``fired_by_records``,
+    the records that did with their ``_fire_pos``, is not given). A timer fires (``counted``,
+    the status counts, says whether only timers did): a processing-time timer at its own
+    window's ``maxTs + 1``, so no instant is shared; a watermark timer where the watermark
+    first reaches the window's target (``reaches``, one row per target), so an instant is
+    shared only where one watermark, or two in one millisecond, reach several targets, as
+    when a slow partition lets the watermark jump over several window ends. Every instant a
+    record fires at is shared with whatever else fires then."""
+    by_records = counted.get(LATE) or counted.get(PER_RECORD)
+    if by_records and fired_by_records is None:
         return None
     if reaches is None:
-        return spark.createDataFrame([], f"{SHARED_INSTANT} long")
-    times = reaches.groupBy(F.col(POSITION)["time"].alias(SHARED_INSTANT)).count()
-    return times.where(F.col("count") > 1).select(SHARED_INSTANT)
+        times = spark.createDataFrame([], f"{SHARED_INSTANT} long")
+    else:
+        per_time = reaches.groupBy(F.col(POSITION)["time"].alias(SHARED_INSTANT)).count()
+        times = per_time.where(F.col("count") > 1).select(SHARED_INSTANT)
+    if not by_records:
+        return times
+    at_records = fired_by_records.select(F.col(FIRE_POSITION)["time"].alias(SHARED_INSTANT))
+    return times.unionByName(at_records).distinct()
 
 
 def _values(
@@ -191,7 +202,8 @@ def firings(
     """Every firing: timers fire each window with its on-time records; a record that fires
     its window at once emits every accepted record up to it (a running aggregate, over the
     windows some record fires only). ``per_status``: :func:`by_status` of ``classified``,
-    where the caller keeps it (``classified`` may then be None if no record fires).
+    where the caller keeps it (``classified`` may then be None: the timers' firings alone,
+    where no record fires or the caller computes the records' firings).
 
     Without a timer (per-record firings) the records are shuffled by key, not by window: the
     running aggregates and the emission log's numbering per key and instant then share one
@@ -204,7 +216,7 @@ def firings(
     if trigger.timer is not None:
         by_timer = per_status.where(F.col(STATUS) == ON_TIME).withColumn("firing", F.lit(ON_TIME))
         parts.append(by_timer.select(*_firing(window, False, aggregations)))
-    if fires_by_record(trigger, event_time):
+    if classified is not None and fires_by_record(trigger, event_time):
         labels = {label for label in trigger.on_element if label is not None}
         accepted = classified.where(F.col(STATUS) != DROPPED)
         if trigger.on_element[0] is None:  # only late records fire: few windows need a sum

@@ -125,6 +125,36 @@ def test_a_bucket_starts_where_starts_at_says(spark):
     assert [v for v in values if start[v] == v] == [v for v in values if starts.starts_at("t", v)]
 
 
+def test_allowed_lateness_off_the_panes_starts_a_second_grid(spark):
+    # As above, with L = 1003: the cleanup times' reach thresholds are 15 + 1003 = 1018 (mod
+    # 2000), with the drop thresholds of the 16 ticks after them, 1034, ..., 1334. 1017, 1019
+    # and 1354 start none; the next reach threshold after 20 is 1018, after 1018 it is 2015.
+    window = TumblingWindows(size_ms=2000, offset_ms=10)
+    watermark = WatermarkStrategy(interval_ms=20)
+    starts = BucketStarts(window, watermark, {"t": 5}, delay_ms=7, lateness_ms=1003)
+    assert starts.phases == (0, 1003)
+    checked = (15, 34, 1017, 1018, 1019, 1034, 1334, 1354)
+    assert [starts.starts_at("t", v) for v in checked] == [
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert (starts.next_reach("t", 20), starts.next_reach("t", 1018)) == (1018, 2015)
+    values = range(-2100, 2100)
+    events = spark.createDataFrame([("t", v) for v in values], f"{TOPIC} string, {EVENT_TIME} long")
+    start = dict(events.select(EVENT_TIME, starts.record_bucket()).collect())
+    assert [start[v] for v in (1017, 1018, 1033, 1340, 2014)] == [334, 1018, 1018, 1334, 1334]
+    assert [v for v in values if start[v] == v] == [v for v in values if starts.starts_at("t", v)]
+    # a whole number of panes adds no grid: its thresholds are the windows' own
+    on_grid = BucketStarts(window, watermark, {"t": 5}, delay_ms=7, lateness_ms=4000)
+    assert on_grid.phases == (0,)
+
+
 def test_one_read_groups_records_by_block_reach_threshold_and_pane(spark):
     # Sliding windows of 100 ms by 50, offset 10: panes of 50 start at 10 (mod 50) and so do
     # the windows' ends. B = 5: a window's reach threshold maxTs + B + 1 = end + 5 is 15
@@ -221,6 +251,38 @@ def test_a_record_read_after_the_windows_tick_is_dropped(spark, monkeypatch, tic
         2,
     )
     assert reads == ([] if ticks_after_reach else [{"t1": [(141, 200)]}])
+
+
+@pytest.mark.parametrize("strategy", ["aligned-unsorted", "aligned-in-order"])
+def test_late_records_are_read_at_the_highest_event_time_of_earlier_blocks(spark, strategy):
+    # B = 0, D2 = 0, ticks every 10 ms, windows of 10 ms, L = 100, one partition whose
+    # offsets span three blocks of 64. Read at the highest et so far: o0 et 1 at 1, o1 et 50
+    # at 50, o64 et 57 at 57, o66 et 3 at 57 (its own block's o64), o128 et 20 at 57 and
+    # o130 et 5 at 57 (block 1's highest, before their own block). The tick at 50 (W = 49)
+    # fires a's [0, 10) with o0; W never reaches a cleanup time 9 + 100. o66 and o130 are
+    # late for [0, 10) and fire it at 57, in offset order: 1 + 8, then 1 + 8 + 32; o128 is
+    # late for c's [20, 30) and fires it alone. b's [50, 60) never fires (W ends at 56).
+    records = in_partition_0(
+        [
+            (0, 1, "a", 1.0),
+            (1, 50, "b", 2.0),
+            (64, 57, "b", 4.0),
+            (66, 3, "a", 8.0),
+            (128, 20, "c", 16.0),
+            (130, 5, "a", 32.0),
+        ]
+    )
+    job = Job(size=10, interval=10, lateness=100)
+    assert plan(stream_job(spark, records, job)).strategy.name == "aligned-unsorted"
+    emissions, dropped, stats = spark_backfill_with_stats(spark, records, job, strategy=strategy)
+    assert sorted(e[:8] for e in emissions) == [
+        ("a", 0, 10, 50, 0, "on_time", 1, 1.0),
+        ("a", 0, 10, 57, 0, "late", 2, 9.0),
+        ("a", 0, 10, 57, 1, "late", 3, 41.0),
+        ("c", 20, 30, 57, 0, "late", 1, 16.0),
+    ]
+    assert dropped == {}
+    assert (stats["records_on_time"], stats["records_late"], stats["records_pending"]) == (1, 3, 2)
 
 
 def test_copied_offsets_are_found_per_block(spark):

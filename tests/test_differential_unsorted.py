@@ -26,8 +26,8 @@ from tests.test_differential import (
 )
 
 #: The jobs the strategy without a sort accepts: aligned event-time windows, the default trigger
-#: without lateness, periodic watermarks, D1 = 0; with idleness, those whose archive has no
-#: idle partition run without the sort, the others with it.
+#: with or without lateness, periodic watermarks, D1 = 0; with idleness, those whose archive has
+#: no idle partition run without the sort, the others with it.
 unsorted_jobs = jobs.map(
     lambda job: replace(
         job,
@@ -35,7 +35,6 @@ unsorted_jobs = jobs.map(
         domain="event",
         trigger="default",
         emission="periodic",
-        lateness=0,
         min_gap=0,
     )
 )

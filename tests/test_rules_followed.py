@@ -159,7 +159,7 @@ REFERENCE = "aligned-in-order"
 #: The strategies accepting each variant's job or its twin (checked against the planner).
 ACCEPTING = {
     EVENT_TIME: ["aligned-unsorted", "aligned-in-order", "merging"],
-    WITH_LATENESS: ["aligned-in-order", "merging"],
+    WITH_LATENESS: ["aligned-unsorted", "aligned-in-order", "merging"],
     PROCESSING_TIME: ["aligned-in-order", "merging"],
 }
 CASES = [pytest.param(v, s, id=f"{v.name}-{s}") for v in VARIANTS for s in ACCEPTING[v.job]]

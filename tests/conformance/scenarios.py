@@ -341,16 +341,14 @@ def at_realistic_times(scenario: Scenario) -> bool:
 
 
 def unsorted(job: Job) -> Job:
-    """The job as one the strategy without a sort accepts: event
-    time, the default trigger without lateness, periodic watermarks (every 200 ms where the
-    job has none), D1 = 0; idleness kept (where no partition goes idle, the job runs without
-    the sort)."""
+    """The job as one the strategy without a sort accepts: event time, the default trigger
+    with the job's lateness, periodic watermarks (every 200 ms where the job has none), D1 =
+    0; idleness kept (where no partition goes idle, the job runs without the sort)."""
     return replace(
         job,
         domain="event",
         trigger="default",
         emission="periodic",
         interval=job.interval or 200,
-        lateness=0,
         min_gap=0,
     )

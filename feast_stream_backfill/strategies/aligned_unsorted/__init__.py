@@ -14,8 +14,11 @@ threshold* of event time, which needs no order of the records:
   :func:`rules.highest_read_after`).
 
 The jobs it accepts (:meth:`AlignedWithoutSort.conditions`) are aligned event-time windows
-fired by the watermark's periodic ticks alone, which is Flink's default and the most common
-job; the others need each record's own processing time (:mod:`..aligned_in_order`).
+fired by the watermark's periodic ticks and, with allowed lateness, by late records, which is
+Flink's default and the most common job; the others need each record's own processing time
+(:mod:`..aligned_in_order`). With lateness, the watermark is asked about each window's cleanup
+time too (from which offsets records are dropped) and its ``maxTs`` (from which they are
+late); only the late records' own processing times are computed (:mod:`.late_firings`).
 
 The words the modules use:
 
@@ -62,6 +65,7 @@ from feast_stream_backfill.stages import stage
 from feast_stream_backfill.strategies import Condition, StrategyDeclined, Windowed
 from feast_stream_backfill.strategies.aligned_unsorted import (
     idle,
+    late_firings,
     offsets,
     reaches_and_drops,
     thresholds,
@@ -72,7 +76,7 @@ from feast_stream_backfill.strategies.aligned_unsorted.window_aggregates import 
     StatusCounts,
     Watermarked,
 )
-from feast_stream_backfill.triggers import EventTimeTrigger
+from feast_stream_backfill.triggers import LATE, EventTimeTrigger
 from feast_stream_backfill.window_operator import (
     dropped_records,
     firings,
@@ -94,7 +98,6 @@ class AlignedWithoutSort:
             Condition("event-time windows", job.window.domain == "event"),
             Condition("windows assigned by time", job.window.assigned),
             Condition("the event-time trigger", isinstance(trigger, EventTimeTrigger)),
-            Condition("no allowed lateness", trigger.allowed_lateness_ms == 0),
             Condition("periodic watermarks", job.watermark.emission == "periodic"),
             Condition(
                 "idleness on one topic at most",
@@ -124,12 +127,20 @@ class AlignedWithoutSort:
         windows = _Windows(job, records, read, watermarked, kept)
         per_status, statuses, cached = windows.counted_once(once.offsets)
         fired = firings(None, job.trigger, job.keys, job.aggregations, True, per_status)
+        by_records = None
+        if statuses.get(LATE):
+            with stage("windows and triggers"):
+                by_records, late = late_firings.late_firings(
+                    job, records, per_status, watermarked, once.grouped, statuses[LATE]
+                )
+            cached += [by_records, late]
+            fired = fired.unionByName(by_records)
         return Windowed(
             fired=fired,
             dropped=dropped_records(per_status, job.keys),
             counts=once.offsets.counts,
             statuses=statuses,
-            shared=shared_instants(spark, watermarked.reaches, statuses),
+            shared=shared_instants(spark, watermarked.reaches, statuses, by_records),
             long_sums=long_sums(job, records),
             cached=[*kept, *cached, per_status],
         )
@@ -152,7 +163,8 @@ def _read_once(
 ) -> _ReadOnce:
     """The one read of every record; where it shows signs of a problem in the values (or a
     topic with no record), the pass that counts and names them."""
-    grouped = offsets.group_records(records, starts, highest=job.watermark.detects_idleness)
+    highest = job.watermark.detects_idleness or job.trigger.allowed_lateness_ms > 0
+    grouped = offsets.group_records(records, starts, highest=highest)
     blocks = offsets.offset_blocks(grouped)
     topics_read = {topic for topic, _ in blocks.partitions}
     if blocks.suspect or topics_read != {t.name for t in job.topics}:

@@ -49,18 +49,30 @@ class BucketStarts:
     waits long for its first record past a threshold, so most windows' ticks come that close,
     and their drops are read from these buckets too. A partition has at most 17 buckets per
     pane (where the panes are short, 1 + pane / (2 x tick)): a few rows per pane, not per
-    record. ``bounds``: every topic's B."""
+    record. With allowed lateness ``L`` the watermark is asked about each window's cleanup
+    time ``maxTs + L`` too: where ``L`` is not a whole number of panes, a second grid of
+    buckets starts ``L`` later, at the cleanup times' reach thresholds, with its ticks after
+    them (twice the rows). ``bounds``: every topic's B."""
 
     window: TumblingWindows | SlidingWindows
     watermark: WatermarkStrategy
     bounds: Mapping[str, int]
     delay_ms: int
+    lateness_ms: int = 0
 
     @classmethod
     def of(cls, job: StreamJob) -> BucketStarts:
         """The job's (its windows are aligned: the strategy's conditions)."""
         bounds = {t.name: job.out_of_orderness(t.name) for t in job.topics}
-        return cls(job.window, job.watermark, bounds, job.processing_time.min_delay_ms)
+        lateness = job.trigger.allowed_lateness_ms
+        return cls(job.window, job.watermark, bounds, job.processing_time.min_delay_ms, lateness)
+
+    @property
+    def phases(self) -> tuple[int, ...]:
+        """Where the grids of reach thresholds stand after the maxTs' own, within a pane:
+        the windows' (0) and, off it, their cleanup times' (:func:`rules.cleanup_time`)."""
+        late = rules.cleanup_time(0, self.lateness_ms) % self.window.pane_ms
+        return (0, late) if late else (0,)
 
     @property
     def tick_ms(self) -> int:
@@ -76,30 +88,41 @@ class BucketStarts:
         return bound_of_topic(self.watermark, self.bounds).cast("long")
 
     def record_bucket(self) -> Column:
-        """The start of the record's bucket: the highest start at or below its event time."""
+        """The start of the record's bucket: the highest start at or below its event time,
+        of every grid's."""
         et = F.col(EVENT_TIME)
-        grid = rules.reach_threshold(rules.max_timestamp(self.window.offset_ms), self.bound())
-        reach = et - F.pmod(et - grid, F.lit(self.window.pane_ms))
-        near = F.least(et, reach + (self.after_reach_ms - 1))
         tick_phase = rules.highest_read_after(0, self.delay_ms)
-        tick = near - F.pmod(near - tick_phase, F.lit(self.tick_ms))
-        return F.greatest(reach, tick)
+        starts = []
+        for phase in self.phases:
+            grid = rules.reach_threshold(
+                rules.max_timestamp(self.window.offset_ms) + phase, self.bound()
+            )
+            reach = et - F.pmod(et - grid, F.lit(self.window.pane_ms))
+            near = F.least(et, reach + (self.after_reach_ms - 1))
+            tick = near - F.pmod(near - tick_phase, F.lit(self.tick_ms))
+            starts.append(F.greatest(reach, tick))
+        return starts[0] if len(starts) == 1 else F.greatest(*starts)
 
-    def _reach(self, topic: str, value: int) -> int:
-        """The highest reach threshold at or below ``value``."""
-        grid = rules.reach_threshold(rules.max_timestamp(self.window.offset_ms), self.bounds[topic])
+    def _reach(self, topic: str, value: int, phase: int) -> int:
+        """The highest reach threshold of the grid at ``phase`` at or below ``value``."""
+        target = rules.max_timestamp(self.window.offset_ms) + phase
+        grid = rules.reach_threshold(target, self.bounds[topic])
         return value - (value - grid) % self.window.pane_ms
 
     def starts_at(self, topic: str, value: int) -> bool:
         """Does a bucket of ``topic`` start at ``value`` (then the thresholds at ``value`` are
         answered from the buckets, :func:`first_at_or_above`)?"""
-        reach = self._reach(topic, value)
         on_tick = (value - rules.highest_read_after(0, self.delay_ms)) % self.tick_ms == 0
-        return value == reach or (on_tick and value - reach < self.after_reach_ms)
+        for phase in self.phases:
+            reach = self._reach(topic, value, phase)
+            if value == reach or (on_tick and value - reach < self.after_reach_ms):
+                return True
+        return False
 
     def next_reach(self, topic: str, value: int) -> int:
         """The lowest reach threshold above ``value``: a bucket starts there."""
-        return self._reach(topic, value) + self.window.pane_ms
+        pane = self.window.pane_ms
+        return min(self._reach(topic, value, phase) + pane for phase in self.phases)
 
 
 def lowest_offset() -> list[Column]:
