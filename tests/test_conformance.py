@@ -52,7 +52,11 @@ def replays() -> dict[str, tuple[Scenario, FlinkRun]]:
         Scenario("example_job", EXAMPLE, EXAMPLE_JOB),
         Scenario("shifted_job", EXAMPLE, SHIFTED),
         *hand_written(),
-        Scenario(UNSORTED_TWO_TOPICS, two_topics.records, unsorted(two_topics.job)),
+        # without its lateness, whose cleanup times start buckets of their own, which may
+        # hold the far ticks this file's test of the reads again needs
+        Scenario(
+            UNSORTED_TWO_TOPICS, two_topics.records, replace(unsorted(two_topics.job), lateness=0)
+        ),
         *RANDOM,
     ]
     runs = run_flink(build(), scenarios, processing_order(scenarios))
