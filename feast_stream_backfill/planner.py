@@ -19,12 +19,14 @@ from feast_stream_backfill.strategies.aligned_in_order import AlignedInProcessin
 from feast_stream_backfill.strategies.aligned_unsorted import AlignedWithoutSort
 from feast_stream_backfill.strategies.merging import MergingWindows
 from feast_stream_backfill.strategies.over import OverRows
+from feast_stream_backfill.strategies.processing_time_unsorted import ProcessingTimeWithoutSort
 
 log = logging.getLogger(__name__)
 
 #: Every strategy, fastest first.
 STRATEGIES: tuple[Strategy, ...] = (
     AlignedWithoutSort(),
+    ProcessingTimeWithoutSort(),
     AlignedInProcessingOrder(),
     MergingWindows(),
     OverRows(),

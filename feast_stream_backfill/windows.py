@@ -28,10 +28,12 @@ def max_timestamp() -> Column:
     return rules.max_timestamp(F.col(WINDOW_END))
 
 
-def pane_start(window: TumblingWindows | SlidingWindows) -> Column:
-    """The start of the record's pane: the windows hold whole panes, so a record's windows are
-    its pane's (Flink's old aligned-window panes)."""
-    time = _time(window.domain)
+def pane_start(
+    window: TumblingWindows | SlidingWindows | CumulativeWindows, time: Column | None = None
+) -> Column:
+    """The start of the record's pane (of ``time``, if given): the windows hold whole panes, so
+    a record's windows are its pane's (Flink's old aligned-window panes)."""
+    time = _time(window.domain) if time is None else time
     return time - F.pmod(time - window.offset_ms, F.lit(window.pane_ms))
 
 

@@ -1,4 +1,4 @@
-"""The strategy that never sorts the records against the reference simulator, on archives and
+"""The strategies that never sort the records against the reference simulator, on archives and
 jobs hypothesis draws, each case compared in full by :func:`tests.test_differential.check`.
 The drawing and the profiles are tests/test_differential.py's; the test is in a file of its
 own (two strategies run each example, which makes it the longest of the differential tests) so
@@ -56,3 +56,28 @@ def test_unsorted_backfill_equals_reference_simulator(spark, records, job, base,
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(window_aggregates, "CHUNK_WINDOWS", chunk_windows)
         check(spark, records, job)
+
+
+#: The processing-time jobs the strategy without a sort for them accepts: aligned windows
+#: (tumbling, sliding, cumulative), the processing-time trigger, D1 = 0.
+processing_time_jobs = st.tuples(jobs, st.sampled_from([0, 0, 2, 5])).map(
+    lambda drawn: replace(
+        drawn[0],
+        gap=0,
+        domain="processing",
+        trigger="default",
+        min_gap=0,
+        lateness=0,
+        **({"slide": 0, "step": drawn[0].size // drawn[1]} if drawn[1] else {}),
+    )
+)
+
+
+@given(records=archives(), job=processing_time_jobs, base=st.sampled_from([0, REALISTIC]))
+def test_processing_time_unsorted_backfill_equals_reference_simulator(spark, records, job, base):
+    """Processing-time windows without the sort: planned first for these jobs, and equal to the
+    simulator (as is the strategy in processing order)."""
+    assume(records)
+    records, job = shifted(records, base), modelled(job, records)
+    assert plan(stream_job(spark, records, job)).strategy.name == "processing-time-unsorted"
+    check(spark, records, job)

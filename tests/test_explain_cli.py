@@ -112,6 +112,7 @@ def test_plan_says_which_strategy_runs_and_why(repo):
     assert fast.output.splitlines() == [
         "strategy: aligned-unsorted",
         "  aligned-unsorted: accepts",
+        "  processing-time-unsorted: needs processing-time windows; the processing-time trigger",
         "  aligned-in-order: accepts",
         "  merging: needs session windows",
         "  over: needs OVER windows",

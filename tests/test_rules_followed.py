@@ -154,13 +154,14 @@ VARIANTS = [
     Variant("read_at", EVENT_TIME, _read, 30),
     Variant("cleanup_time", WITH_LATENESS, _cleanup, 200),
     Variant("clock_fires_at", PROCESSING_TIME, _clock, 30),
+    Variant("read_at_by_clock", PROCESSING_TIME, _read, 100),
 ]
 REFERENCE = "aligned-in-order"
 #: The strategies accepting each variant's job or its twin (checked against the planner).
 ACCEPTING = {
     EVENT_TIME: ["aligned-unsorted", "aligned-in-order", "merging"],
     WITH_LATENESS: ["aligned-unsorted", "aligned-in-order", "merging"],
-    PROCESSING_TIME: ["aligned-in-order", "merging"],
+    PROCESSING_TIME: ["processing-time-unsorted", "aligned-in-order", "merging"],
 }
 CASES = [pytest.param(v, s, id=f"{v.name}-{s}") for v in VARIANTS for s in ACCEPTING[v.job]]
 

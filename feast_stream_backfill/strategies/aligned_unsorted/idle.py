@@ -30,7 +30,12 @@ from feast_stream_backfill.columns import (
 )
 from feast_stream_backfill.processing_order import next_tick, record_position
 from feast_stream_backfill.strategies import StrategyDeclined
-from feast_stream_backfill.strategies.aligned_unsorted.offsets import BLOCK, HIGHEST
+from feast_stream_backfill.strategies.aligned_unsorted.offsets import (
+    BLOCK,
+    HIGHEST,
+    HIGHEST_BEFORE,
+    highest_by_block,
+)
 from feast_stream_backfill.strategies.aligned_unsorted.thresholds import (
     MAX_PUSHED_RANGES,
     lowest_offset,
@@ -41,7 +46,6 @@ from feast_stream_backfill.strategies.aligned_unsorted.thresholds import (
 #: declines and a job with idleness takes the sorted path.
 MAX_BLOCKS_READ_AGAIN = 1 << 14
 
-_BEFORE = "_before"  # the partition's running max of event time before the block
 _RISEN, _LAST_BLOCK = "_risen", "_last_block"
 
 
@@ -100,7 +104,7 @@ def idle_periods(
     blocks = _blocks_rising(grouped, interval_ms + wait, len(partitions))
     at_ends = _at_the_ends(records.sparkSession, blocks, idling)
     rising = [
-        (block[TOPIC], block[PARTITION], block[BLOCK], block[_BEFORE])
+        (block[TOPIC], block[PARTITION], block[BLOCK], block[HIGHEST_BEFORE])
         for block in blocks
         if block[_RISEN]
     ]
@@ -112,10 +116,10 @@ def idle_periods(
 def _at_the_ends(spark: SparkSession, blocks: Sequence[Row], idling: _Idling) -> DataFrame:
     """The idle periods before each partition's first record and after its last, in closed
     form from its first and last blocks (:func:`_blocks_rising`)."""
-    firsts = [block for block in blocks if block[_BEFORE] is None]
+    firsts = [block for block in blocks if block[HIGHEST_BEFORE] is None]
     lasts = {  # a partition's highest event time, where its last block leaves the running max
         (block[TOPIC], block[PARTITION]): max(
-            v for v in (block[HIGHEST], block[_BEFORE]) if v is not None
+            v for v in (block[HIGHEST], block[HIGHEST_BEFORE]) if v is not None
         )
         for block in blocks
         if block[_LAST_BLOCK]
@@ -146,7 +150,7 @@ def _within_blocks(
 ) -> DataFrame:
     """The idle periods inside the ``rising`` blocks (topic, partition, block, running max
     before it): their records read again, in offset order."""
-    schema = f"{TOPIC} string, {PARTITION} int, {BLOCK} long, {_BEFORE} long"
+    schema = f"{TOPIC} string, {PARTITION} int, {BLOCK} long, {HIGHEST_BEFORE} long"
     rising_blocks = records.sparkSession.createDataFrame(rising, schema)
     again = (
         records.where(_offsets_within(rising))
@@ -155,7 +159,7 @@ def _within_blocks(
     )
     by_offset = Window.partitionBy(TOPIC, PARTITION, BLOCK).orderBy(OFFSET)
     so_far = F.max(EVENT_TIME).over(by_offset.rowsBetween(Window.unboundedPreceding, -1))
-    highest = F.greatest(so_far, F.col(_BEFORE))  # null before a partition's first record
+    highest = F.greatest(so_far, F.col(HIGHEST_BEFORE))  # null before a partition's first record
     interval = idling.interval_ms
     went_idle = idling.idle_from(
         next_tick(rules.read_at(highest, idling.delay_ms), interval) + interval
@@ -191,17 +195,13 @@ def _blocks_rising(grouped: DataFrame, most: int, partitions: int) -> list[Row]:
 
 def _rising_first_and_last(grouped: DataFrame, most: int) -> DataFrame:
     """The blocks :func:`_blocks_rising` keeps, as a query."""
-    per_block = grouped.groupBy(TOPIC, PARTITION, BLOCK).agg(
-        F.max(HIGHEST).alias(HIGHEST), *lowest_offset()
-    )
-    earlier = Window.partitionBy(TOPIC, PARTITION).orderBy(BLOCK)
-    before = F.max(HIGHEST).over(earlier.rowsBetween(Window.unboundedPreceding, -1))
-    risen = F.col(HIGHEST) - F.coalesce(_BEFORE, EVENT_TIME) > most
-    last = F.lead(BLOCK).over(earlier).isNull()
+    per_block = highest_by_block(grouped, *lowest_offset())
+    risen = F.col(HIGHEST) - F.coalesce(HIGHEST_BEFORE, EVENT_TIME) > most
+    last = F.lead(BLOCK).over(Window.partitionBy(TOPIC, PARTITION).orderBy(BLOCK)).isNull()
     return (
-        per_block.select("*", before.alias(_BEFORE), last.alias(_LAST_BLOCK))
+        per_block.select("*", last.alias(_LAST_BLOCK))
         .select("*", risen.alias(_RISEN))
-        .where(F.col(_RISEN) | F.col(_BEFORE).isNull() | F.col(_LAST_BLOCK))
+        .where(F.col(_RISEN) | F.col(HIGHEST_BEFORE).isNull() | F.col(_LAST_BLOCK))
     )
 
 

@@ -36,14 +36,17 @@ from feast_stream_backfill.columns import (
 from feast_stream_backfill.job import StreamJob
 from feast_stream_backfill.processing_order import record_position
 from feast_stream_backfill.strategies.aligned_unsorted import window_aggregates
-from feast_stream_backfill.strategies.aligned_unsorted.offsets import BLOCK, HIGHEST
+from feast_stream_backfill.strategies.aligned_unsorted.offsets import (
+    BLOCK,
+    HIGHEST_BEFORE,
+    highest_by_block,
+)
 from feast_stream_backfill.triggers import LATE, ON_TIME
 
 #: Late (record, window) pairs up to which they and their blocks are broadcast to the reads
 #: of the records (beyond, Spark joins them as it sees fit).
 MAX_BROADCAST = 1 << 20
 
-_BEFORE = "_highest_before"  # the highest event time of the blocks before a record's own
 _LATE = "_is_late"  # a part that is a late record, not the window's on-time records
 
 
@@ -134,14 +137,7 @@ def _read_at(
     """``_pt`` of the records ``timed`` (topic, partition, offset): :func:`rules.read_at` the
     highest event time of their partition up to them, from the blocks before theirs and the
     records of their own block up to them; ``small``: their blocks are broadcast."""
-    blocks = grouped.groupBy(TOPIC, PARTITION, BLOCK).agg(F.max(HIGHEST).alias(HIGHEST))
-    earlier = Window.partitionBy(TOPIC, PARTITION).orderBy(BLOCK)
-    before = blocks.select(
-        TOPIC,
-        PARTITION,
-        BLOCK,
-        F.max(HIGHEST).over(earlier.rowsBetween(Window.unboundedPreceding, -1)).alias(_BEFORE),
-    )
+    before = highest_by_block(grouped).select(TOPIC, PARTITION, BLOCK, HIGHEST_BEFORE)
     asked = timed.withColumn(BLOCK, F.shiftright(OFFSET, 6))
     neighbours = (
         records.select(TOPIC, PARTITION, F.col(OFFSET).alias("_n_offset"), EVENT_TIME)
@@ -158,7 +154,7 @@ def _read_at(
         .groupBy(TOPIC, PARTITION, BLOCK, OFFSET)
         .agg(F.max(EVENT_TIME).alias("_in_block"))
     )
-    highest = F.greatest(F.col(_BEFORE), F.col("_in_block"))
+    highest = F.greatest(F.col(HIGHEST_BEFORE), F.col("_in_block"))
     return within.join(before, [TOPIC, PARTITION, BLOCK], "left").select(
         TOPIC, PARTITION, OFFSET, rules.read_at(highest, delay_ms).alias(PROCESSING_TIME)
     )

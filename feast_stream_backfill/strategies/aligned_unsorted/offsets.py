@@ -27,6 +27,8 @@ PANE = "_pane"  # the start of a record's pane
 HIGHEST = "_highest"  # the highest event time of a group of records
 COPY_BITS = "_copy_bits"  # a block's offsets archived more than once, as bits (-1: unknown)
 COPIED = "_copied"  # a record at an offset archived twice: it counts at half weight
+HIGHEST_BEFORE = "_highest_before"  # the highest event time of the blocks before a block
+NO_TIME = "_no_time"  # some record of the group has no event time
 
 _OFFSET_BITS, _ODD_BITS, _BLOCK_RECORDS = "_offset_bits", "_odd_bits", "_block_records"
 
@@ -44,7 +46,6 @@ def group_records(records: DataFrame, starts: BucketStarts, *, highest: bool = F
     partition or offset, or a null event time, are grouped too, under their nulls:
     :func:`offset_blocks` sees them. ``highest``: each group's highest event time too
     (``_highest``, for :func:`idle.idle_periods`)."""
-    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
     return (
         records.groupBy(
             TOPIC,
@@ -54,14 +55,50 @@ def group_records(records: DataFrame, starts: BucketStarts, *, highest: bool = F
             pane_start(starts.window).alias(PANE),
         )
         .agg(
-            F.bit_or(bit).alias(_OFFSET_BITS),
-            F.bit_xor(bit).alias(_ODD_BITS),
-            F.count(F.lit(1)).alias(_BLOCK_RECORDS),
+            *_offset_bits(),
             *lowest_offset(),
             *([F.max(EVENT_TIME).alias(HIGHEST)] if highest else []),
         )
+        .withColumn(NO_TIME, F.col(THRESHOLD).isNull())  # a record's bucket is its event time's
         .persist(StorageLevel.MEMORY_AND_DISK_DESER)
     )
+
+
+def group_by_pane(records: DataFrame, pane: Column) -> DataFrame:
+    """:func:`group_records` by (topic, partition, block) and ``pane`` (``_pane``, null for a
+    record without an event time), with each group's highest event time (``_highest``) and
+    lowest offset, kept: for a job whose windows need no buckets of event time."""
+    return (
+        records.groupBy(TOPIC, PARTITION, F.shiftright(OFFSET, 6).alias(BLOCK), pane.alias(PANE))
+        .agg(*_offset_bits(), F.max(EVENT_TIME).alias(HIGHEST), F.min(OFFSET).alias(OFFSET))
+        .withColumn(NO_TIME, F.col(PANE).isNull())
+        .persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    )
+
+
+def _offset_bits() -> list[Column]:
+    """The aggregates :func:`offset_blocks` counts offsets and copies from."""
+    bit = F.expr(f"shiftleft(1L, int({OFFSET} & 63))")
+    return [
+        F.bit_or(bit).alias(_OFFSET_BITS),
+        F.bit_xor(bit).alias(_ODD_BITS),
+        F.count(F.lit(1)).alias(_BLOCK_RECORDS),
+    ]
+
+
+def highest_by_block(grouped: DataFrame, *also: Column) -> DataFrame:
+    """Per (topic, partition, block) of a grouped read (with ``_highest``): its highest event
+    time and ``_highest_before``, the highest of the blocks before it in its partition (null
+    for the first), from which its records' processing times start (:func:`rules.read_at`);
+    ``also``: more aggregates of the block's groups. One row per block: a running max over
+    them, not over the records."""
+    per_block = grouped.groupBy(TOPIC, PARTITION, BLOCK).agg(F.max(HIGHEST).alias(HIGHEST), *also)
+    earlier = (
+        Window.partitionBy(TOPIC, PARTITION)
+        .orderBy(BLOCK)
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    return per_block.withColumn(HIGHEST_BEFORE, F.max(HIGHEST).over(earlier))
 
 
 @dataclass(frozen=True)
@@ -86,11 +123,11 @@ def offset_blocks(grouped: DataFrame) -> OffsetBlocks:
             F.bit_or(_OFFSET_BITS).alias(_OFFSET_BITS),
             F.bit_xor(_ODD_BITS).alias(_ODD_BITS),
             F.sum(_BLOCK_RECORDS).alias(_BLOCK_RECORDS),
-            F.max(F.col(THRESHOLD).isNull()).alias("_no_time"),
+            F.max(NO_TIME).alias(NO_TIME),
         )
     )
     partition, block = F.col(PARTITION), F.col(BLOCK)
-    bad = partition.isNull() | block.isNull() | (partition < 0) | (block < 0) | F.col("_no_time")
+    bad = partition.isNull() | block.isNull() | (partition < 0) | (block < 0) | F.col(NO_TIME)
     pair = F.when(partition.isNotNull(), F.struct(TOPIC, PARTITION))
     totals = blocks.agg(
         F.coalesce(F.sum(_BLOCK_RECORDS), F.lit(0)).alias("records_read"),
@@ -126,7 +163,7 @@ def _with_copy_bits(blocks: DataFrame) -> DataFrame:
         _OFFSET_BITS,
         _BLOCK_RECORDS,
         copy_bits.alias(COPY_BITS),
-        "_no_time",
+        NO_TIME,
     )
 
 
