@@ -8,6 +8,8 @@ what they cost:
 
 - :class:`~feast_stream_backfill.strategies.aligned_unsorted.AlignedWithoutSort`: aligned
   event-time windows fired by periodic watermarks, with D1 = 0: never sorts the records;
+- :class:`~feast_stream_backfill.strategies.processing_time_unsorted.ProcessingTimeWithoutSort`:
+  aligned processing-time windows fired by the clock, with D1 = 0: never sorts them either;
 - :class:`~feast_stream_backfill.strategies.aligned_in_order.AlignedInProcessingOrder`:
   windows assigned by time, in either time domain, any trigger: each record's own
   processing time and place in the processing order;

@@ -53,14 +53,14 @@ from feast_stream_backfill.window_operator import (
 )
 from feast_stream_backfill.windows import pane_start
 
-#: Blocks up to which their bounds are broadcast to the records; beyond, each side is shuffled
-#: by block and hashed (a sort-merge join would sort every record).
+#: Blocks up to which their panes are broadcast to the records; beyond, both sides are shuffled
+#: by block and the blocks' side hashed (a sort-merge join would sort every record).
 MAX_BROADCAST_BLOCKS = 1 << 21
 
 _IN_PANE = "_in_pane"  # the pane of every record of the block (null: a pane starts inside it)
 _STARTS = "_pane_starts"  # (lowest offset, pane) of the block's groups, where a pane starts in it
 _BEFORE = "_pane_before"  # the pane of the highest event time of the blocks before (null: none)
-_FIRST, _LAST = "_first_pane", "_last_pane"  # the own-time panes of a block's first and highest
+_FIRST, _LAST = "_first_pane", "_last_pane"  # own-time panes: the block's first record's, latest
 
 
 @dataclass(frozen=True)
